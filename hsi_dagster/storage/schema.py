@@ -1,0 +1,139 @@
+"""DuckDB tables of the data contract (section 3), created by idempotent, versioned migrations.
+
+Each migration runs once per database file, inside a transaction, and is recorded in `schema_migrations`.
+Add a migration by appending to MIGRATIONS; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "contract tables",
+        """
+        CREATE TABLE IF NOT EXISTS detections (
+            detection_id VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            ts TIMESTAMPTZ NOT NULL,
+            label VARCHAR NOT NULL,
+            confidence DOUBLE NOT NULL,
+            bbox DOUBLE[],
+            track_id VARCHAR,
+            zone VARCHAR,
+            enrichment JSON,
+            source VARCHAR,
+            line_no BIGINT,
+            ingested_at TIMESTAMPTZ NOT NULL,
+            batch_id VARCHAR,
+            is_late BOOLEAN NOT NULL DEFAULT FALSE
+        );
+        CREATE INDEX IF NOT EXISTS detections_camera_ts ON detections (camera_id, ts);
+        CREATE TABLE IF NOT EXISTS quarantine (
+            source VARCHAR NOT NULL,
+            line_no BIGINT NOT NULL,
+            raw VARCHAR,
+            reason VARCHAR NOT NULL,
+            received_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (source, line_no)
+        );
+        CREATE TABLE IF NOT EXISTS detection_batches (
+            batch_id VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            started_at TIMESTAMPTZ NOT NULL,
+            last_ts TIMESTAMPTZ NOT NULL,
+            closes_at TIMESTAMPTZ NOT NULL,
+            close_reason VARCHAR NOT NULL,
+            detection_count INTEGER NOT NULL,
+            detection_ids VARCHAR[] NOT NULL,
+            labels VARCHAR[],
+            has_late BOOLEAN NOT NULL DEFAULT FALSE,
+            recorded_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS enriched_contexts (
+            batch_id VARCHAR PRIMARY KEY,
+            context JSON NOT NULL,
+            quality_level VARCHAR NOT NULL,
+            missing_enrichment VARCHAR[] NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS budgeted_prompts (
+            batch_id VARCHAR PRIMARY KEY,
+            messages JSON NOT NULL,
+            prompt_tokens_estimate INTEGER NOT NULL,
+            tokens_before INTEGER,
+            context_budget INTEGER NOT NULL,
+            budget_source VARCHAR NOT NULL,
+            context_utilization DOUBLE,
+            sections_removed VARCHAR[] NOT NULL,
+            static_prefix_sha256 VARCHAR,
+            created_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS risk_assessments (
+            batch_id VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            risk_score INTEGER,
+            risk_level VARCHAR,
+            model_risk_level VARCHAR,
+            summary VARCHAR,
+            reasoning VARCHAR,
+            assessment JSON,
+            raw_output VARCHAR,
+            status VARCHAR NOT NULL,
+            error VARCHAR,
+            model VARCHAR,
+            prompt_tokens INTEGER,
+            completion_tokens INTEGER,
+            cached_tokens INTEGER,
+            context_budget INTEGER,
+            context_utilization DOUBLE,
+            sections_removed VARCHAR[],
+            latency_ms DOUBLE,
+            prompt_sha256 VARCHAR,
+            assessed_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS alerts (
+            alert_id VARCHAR PRIMARY KEY,
+            batch_id VARCHAR NOT NULL,
+            camera_id VARCHAR NOT NULL,
+            risk_level VARCHAR,
+            risk_score INTEGER,
+            summary VARCHAR,
+            kind VARCHAR NOT NULL,
+            webhook_status VARCHAR,
+            created_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS ingested_files (
+            path VARCHAR PRIMARY KEY,
+            size BIGINT NOT NULL,
+            mtime_ns BIGINT NOT NULL,
+            loaded INTEGER NOT NULL,
+            quarantined INTEGER NOT NULL,
+            ingested_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def migrate(conn: duckdb.DuckDBPyConnection) -> int:
+    """Bring the database to the latest schema version; safe to call any number of times. Returns the version."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
+    )
+    applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+    for version, name, ddl in MIGRATIONS:
+        if version in applied:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            conn.execute(ddl)
+            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [version, name])
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+    return LATEST_VERSION
