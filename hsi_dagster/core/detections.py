@@ -1,0 +1,478 @@
+"""Validation of one detection record (contract section 1): a `Detection`, or a `Rejection` naming the field.
+
+This module is the authoritative definition of a valid record. The bulk loader (`hsi_dagster.ingest`) runs a
+faster SQL check first, but that check is only allowed to be *stricter*: every line it does not accept comes
+back here for the final verdict and the reason, so both paths always agree on what gets loaded.
+
+Decisions the contract leaves open (documented here, tested in tests/test_detections_validation.py):
+- Bounds: a line is at most 65536 bytes; `label` 1-64 chars; `track_id`/`zone` 1-128 chars; ids and labels
+  contain no control characters; every text inside `enrichment` is at most 2048 chars; `clip` and
+  `florence.regions` hold at most 64 items; `enrichment` serialised as compact JSON is at most 32 KiB.
+- `ts` is accepted from 1970-01-01 (inclusive) to 2200-01-01 (exclusive) UTC: a camera clock reset to zero or a
+  garbage year is quarantined rather than opening a batch decades away. Fractions past microseconds are truncated.
+- Booleans are not numbers (`true` is not a confidence); NaN, Infinity and numbers that overflow are rejected.
+- Duplicate keys anywhere in a line are rejected: parsers disagree on which one wins.
+- `null` for an optional field means absent. Unknown top-level fields are ignored (not stored), so producers
+  can add fields (the contract allows extensions). Unknown `enrichment` keys, and unknown fields inside the known
+  enrichment objects, are kept verbatim in the stored JSON: the vision stack grows models before the prompt
+  builder learns them, and dropping their output would lose data. The known keys are type-checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Union
+
+MAX_LINE_BYTES = 65536
+RAW_MAX_CHARS = 4096
+MAX_DETECTION_ID_CHARS = 128
+MAX_CAMERA_ID_CHARS = 64
+MAX_LABEL_CHARS = 64
+MAX_TAG_CHARS = 128  # track_id, zone
+MAX_TEXT_CHARS = 2048  # any text inside enrichment (captions, descriptions)
+MAX_LIST_ITEMS = 64  # clip classes, florence regions
+MAX_ENRICHMENT_BYTES = 32768
+TS_MIN = datetime(1970, 1, 1, tzinfo=timezone.utc)
+TS_MAX = datetime(2200, 1, 1, tzinfo=timezone.utc)
+
+# Patterns shared with the SQL fast path: RE2 and Python's re read them the same way (ASCII classes only).
+CAMERA_ID_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
+PRINTABLE_CHAR_CLASS = r"[^\x00-\x1F\x7F]"
+TS_PATTERN = (
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])"
+    r"(?:\.([0-9]{1,9}))?([Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+)
+LIGHTING_VALUES = ("day", "dusk", "night")
+
+_CAMERA_ID_RE = re.compile(CAMERA_ID_PATTERN)
+_TS_RE = re.compile(TS_PATTERN)
+_ID_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_DETECTION_ID_CHARS}}}")
+_LABEL_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_LABEL_CHARS}}}")
+_TAG_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_TAG_CHARS}}}")
+
+TOP_LEVEL_FIELDS = ("detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment")
+REQUIRED_FIELDS = ("detection_id", "camera_id", "ts", "label", "confidence")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Enrichment spec: one declarative description, walked here and compiled to SQL by the bulk loader.
+# Leaf kinds: every leaf is optional and may be null.
+TEXT, UNIT, NONNEG, BOOL, LIGHTING, BBOX = "text", "unit", "nonneg", "bool", "lighting", "bbox"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Obj:
+    fields: dict[str, "Spec"]
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: "Spec"
+
+
+Spec = Union[Leaf, Obj, ListOf]
+
+
+def _leaves(**fields: str | tuple[str, ...]) -> Obj:
+    return Obj({name: Leaf(kind if isinstance(kind, tuple) else (kind,)) for name, kind in fields.items()})
+
+
+ENRICHMENT_SPEC: dict[str, Spec] = {
+    "florence": Obj(
+        {
+            "caption": Leaf((TEXT,)),
+            "dense_caption": Leaf((TEXT,)),
+            "regions": ListOf(_leaves(label=TEXT, caption=TEXT, bbox=BBOX)),
+        }
+    ),
+    "clip": ListOf(_leaves(label=TEXT, score=UNIT)),
+    "scene": _leaves(description=TEXT, lighting=LIGHTING, indoor=BOOL),
+    "pose": _leaves(posture=TEXT, score=UNIT),
+    "action": _leaves(label=TEXT, score=UNIT),
+    "pet": _leaves(species=TEXT, score=UNIT),
+    "weather": _leaves(condition=TEXT, visibility=(TEXT, NONNEG)),
+    "vehicle": _leaves(type=TEXT, color=TEXT, plate=TEXT, damage=(BOOL, TEXT)),
+    "clothing": _leaves(description=TEXT, suspicious=BOOL),
+    "violence": _leaves(score=UNIT),
+    "depth": _leaves(distance_m=NONNEG),
+    "reid": _leaves(identity=TEXT, known=BOOL, score=UNIT, seen_before=(BOOL, NONNEG)),
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Detection:
+    """A validated record; `ts` is an aware UTC datetime."""
+
+    detection_id: str
+    camera_id: str
+    ts: datetime
+    label: str
+    confidence: float
+    bbox: tuple[float, float, float, float] | None = None
+    track_id: str | None = None
+    zone: str | None = None
+    enrichment: dict[str, Any] | None = None
+
+    def enrichment_json(self) -> str | None:
+        """The enrichment as stored: compact JSON, unknown keys kept."""
+        return None if self.enrichment is None else _compact_json(self.enrichment)
+
+    def to_record(self) -> dict[str, Any]:
+        """Back to a contract record (JSON-ready), e.g. to re-emit a cleaned stream."""
+        record: dict[str, Any] = {
+            "detection_id": self.detection_id,
+            "camera_id": self.camera_id,
+            "ts": format_ts(self.ts),
+            "label": self.label,
+            "confidence": self.confidence,
+        }
+        for name in ("bbox", "track_id", "zone", "enrichment"):
+            value = getattr(self, name)
+            if value is not None:
+                record[name] = list(value) if name == "bbox" else value
+        return record
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A line that is not a valid record: where it came from, its raw text (bounded) and why."""
+
+    source: str
+    line_no: int
+    raw: str
+    reason: str
+
+    @property
+    def field(self) -> str:
+        """The field the reason names (`line` for the whole line)."""
+        return self.reason.split(":", 1)[0]
+
+
+class _Invalid(Exception):
+    """Internal: carries the reason of the first rule a record breaks."""
+
+
+class _NonFinite:
+    """Stands in for NaN/Infinity so the reason can name the field that holds it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def format_ts(ts: datetime) -> str:
+    """Canonical RFC 3339 UTC text with microseconds, e.g. 2026-12-01T02:14:05.120000Z."""
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def truncate_raw(raw: str | bytes, limit: int = RAW_MAX_CHARS) -> str:
+    """The raw line as text for the quarantine: undecodable bytes replaced, cut to `limit` chars with a marker."""
+    if isinstance(raw, bytes):
+        text = raw[: limit * 4].decode("utf-8", errors="replace")
+        total = len(raw)
+    else:
+        text = raw
+        total = len(raw.encode("utf-8", errors="replace"))
+    # Lone surrogates cannot be stored as UTF-8.
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
+    if len(text) > limit:
+        return text[:limit] + f"...[truncated, {total} bytes in all]"
+    return text
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+    return result
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_NonFinite)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    if isinstance(value, _NonFinite):
+        return value.text
+    if isinstance(value, str):
+        text = json.dumps(value[: limit + 1], ensure_ascii=False)
+    elif isinstance(value, (dict, list)):
+        text = "an object" if isinstance(value, dict) else "an array"
+        return text
+    elif value is None:
+        return "null"
+    elif isinstance(value, bool):
+        return "true" if value else "false"
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(value: Any, field: str, rule: str) -> float:
+    """A finite float from a JSON number, or _Invalid naming the field and what it got."""
+    if not _is_number(value):
+        raise _Invalid(f"{field}: must be {rule}, got {_show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise _Invalid(f"{field}: must be {rule}, got {_show(value)}") from None
+    if not math.isfinite(number):
+        raise _Invalid(f"{field}: must be {rule}, got {_show(value)}")
+    return number
+
+
+def _check_utf8(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Invalid(f"{field}: contains an unpaired unicode surrogate escape") from None
+
+
+def _string(value: Any, field: str, pattern: re.Pattern[str], rule: str) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"{field}: must be a string, got {_show(value)}")
+    _check_utf8(value, field)
+    if pattern.fullmatch(value) is None:
+        raise _Invalid(f"{field}: must {rule}, got {_show(value)}")
+    return value
+
+
+def _bbox(value: Any, field: str) -> tuple[float, float, float, float]:
+    if not isinstance(value, list) or len(value) != 4:
+        raise _Invalid(f"{field}: must be an array [x1, y1, x2, y2], got {_show(value)}")
+    names = ("x1", "y1", "x2", "y2")
+    numbers = tuple(_number(v, f"{field}", f"numbers between 0 and 1 ({name})") for v, name in zip(value, names))
+    for number, name in zip(numbers, names):
+        if not 0.0 <= number <= 1.0:
+            raise _Invalid(f"{field}: {name} must be between 0 and 1 (normalised), got {_show(number)}")
+    x1, y1, x2, y2 = numbers
+    if not x1 < x2:
+        raise _Invalid(f"{field}: x1 must be < x2, got x1={_show(x1)} x2={_show(x2)}")
+    if not y1 < y2:
+        raise _Invalid(f"{field}: y1 must be < y2, got y1={_show(y1)} y2={_show(y2)}")
+    return numbers  # type: ignore[return-value]
+
+
+def parse_ts(value: Any, field: str = "ts") -> datetime:
+    """RFC 3339 with an offset -> aware UTC datetime (fraction truncated to microseconds), or _Invalid."""
+    if not isinstance(value, str):
+        raise _Invalid(f"{field}: must be an RFC 3339 string with an offset, got {_show(value)}")
+    match = _TS_RE.fullmatch(value)
+    if match is None:
+        raise _Invalid(f"{field}: not RFC 3339 with an offset (e.g. 2026-12-01T02:14:05.120Z), got {_show(value)}")
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        local = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micros)
+    except ValueError as exc:
+        raise _Invalid(f"{field}: not a valid date and time ({exc}), got {_show(value)}") from None
+    if offset in ("Z", "z"):
+        delta = timedelta(0)
+    else:
+        sign = 1 if offset[0] == "+" else -1
+        delta = sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
+    if not (TS_MIN.year - 1 <= local.year <= TS_MAX.year):
+        raise _Invalid(f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}")
+    utc = (local - delta).replace(tzinfo=timezone.utc)
+    if not TS_MIN <= utc < TS_MAX:
+        raise _Invalid(f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}")
+    return utc
+
+
+def _check_leaf(value: Any, kinds: tuple[str, ...], field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, str) and TEXT in kinds:
+        _check_utf8(value, field)
+        if len(value) > MAX_TEXT_CHARS:
+            raise _Invalid(f"{field}: text longer than {MAX_TEXT_CHARS} characters ({len(value)})")
+        return
+    if isinstance(value, str) and LIGHTING in kinds:
+        if value not in LIGHTING_VALUES:
+            raise _Invalid(f"{field}: must be one of {', '.join(LIGHTING_VALUES)}, got {_show(value)}")
+        return
+    if isinstance(value, bool) and BOOL in kinds:
+        return
+    if _is_number(value) and UNIT in kinds:
+        number = _number(value, field, "a number between 0 and 1")
+        if not 0.0 <= number <= 1.0:
+            raise _Invalid(f"{field}: must be a number between 0 and 1, got {_show(value)}")
+        return
+    if _is_number(value) and NONNEG in kinds:
+        number = _number(value, field, "a finite number >= 0")
+        if number < 0:
+            raise _Invalid(f"{field}: must be a finite number >= 0, got {_show(value)}")
+        return
+    if BBOX in kinds and isinstance(value, list):
+        _bbox(value, field)
+        return
+    expected = {
+        TEXT: "a string",
+        UNIT: "a number between 0 and 1",
+        NONNEG: "a finite number >= 0",
+        BOOL: "true or false",
+        LIGHTING: f"one of {', '.join(LIGHTING_VALUES)}",
+        BBOX: "an array [x1, y1, x2, y2]",
+    }
+    raise _Invalid(f"{field}: must be {' or '.join(expected[k] for k in kinds)}, got {_show(value)}")
+
+
+def _check_spec(value: Any, spec: Spec, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(spec, Leaf):
+        _check_leaf(value, spec.kinds, field)
+    elif isinstance(spec, Obj):
+        if not isinstance(value, dict):
+            raise _Invalid(f"{field}: must be an object, got {_show(value)}")
+        for name, sub in spec.fields.items():
+            if name in value:
+                _check_spec(value[name], sub, f"{field}.{name}")
+        for name in value:  # unknown fields are kept, but must still be storable
+            if name not in spec.fields:
+                _check_opaque(value[name], f"{field}.{name}")
+    else:
+        if not isinstance(value, list):
+            raise _Invalid(f"{field}: must be an array, got {_show(value)}")
+        if len(value) > MAX_LIST_ITEMS:
+            raise _Invalid(f"{field}: at most {MAX_LIST_ITEMS} items, got {len(value)}")
+        for index, item in enumerate(value):
+            if not isinstance(item, dict) and isinstance(spec.item, Obj):
+                raise _Invalid(f"{field}[{index}]: must be an object, got {_show(item)}")
+            _check_spec(item, spec.item, f"{field}[{index}]")
+
+
+def _check_opaque(value: Any, field: str) -> None:
+    """Unknown content is kept as is; only NaN/Infinity (not JSON) and bad surrogates are refused."""
+    stack = [(value, field)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, _NonFinite):
+            raise _Invalid(f"{where}: {item.text} is not valid JSON")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise _Invalid(f"{where}: number out of range")
+        if isinstance(item, str):
+            _check_utf8(item, where)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                _check_utf8(key, where)
+                stack.append((sub, f"{where}.{key}"))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+
+
+def _enrichment(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Invalid(f"enrichment: must be an object, got {_show(value)}")
+    for key, sub in value.items():
+        spec = ENRICHMENT_SPEC.get(key)
+        if spec is None:
+            _check_opaque(sub, f"enrichment.{key}")
+        else:
+            _check_spec(sub, spec, f"enrichment.{key}")
+    try:
+        size = len(_compact_json(value).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _Invalid("enrichment: contains an unpaired unicode surrogate escape") from None
+    if size > MAX_ENRICHMENT_BYTES:
+        raise _Invalid(f"enrichment: larger than {MAX_ENRICHMENT_BYTES} bytes as compact JSON ({size})")
+    return value
+
+
+def _optional_tag(record: dict[str, Any], name: str) -> str | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    return _string(value, name, _TAG_RE, f"be 1-{MAX_TAG_CHARS} characters without control characters")
+
+
+def _build(record: dict[str, Any]) -> Detection:
+    for name in REQUIRED_FIELDS:
+        if record.get(name) is None:
+            raise _Invalid(f"{name}: required field is missing" + (" (null)" if name in record else ""))
+    detection_id = _string(
+        record["detection_id"], "detection_id", _ID_RE, f"be 1-{MAX_DETECTION_ID_CHARS} characters without control characters"
+    )
+    camera_id = _string(record["camera_id"], "camera_id", _CAMERA_ID_RE, f"match {CAMERA_ID_PATTERN}")
+    ts = parse_ts(record["ts"])
+    label = _string(record["label"], "label", _LABEL_RE, f"be 1-{MAX_LABEL_CHARS} characters without control characters")
+    confidence = _number(record["confidence"], "confidence", "a number between 0 and 1")
+    if not 0.0 <= confidence <= 1.0:
+        raise _Invalid(f"confidence: must be a number between 0 and 1, got {_show(record['confidence'])}")
+    bbox = None if record.get("bbox") is None else _bbox(record["bbox"], "bbox")
+    track_id = _optional_tag(record, "track_id")
+    zone = _optional_tag(record, "zone")
+    enrichment = _enrichment(record.get("enrichment"))
+    return Detection(detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment)
+
+
+def validate_record(line: str | bytes, *, source: str, line_no: int) -> Detection | Rejection:
+    """One JSON Lines record -> Detection, or Rejection whose reason starts with the field it names.
+
+    Never raises: any input, however broken, becomes one or the other.
+    """
+    try:
+        return _validate(line)
+    except _Invalid as exc:
+        return Rejection(source, line_no, truncate_raw(line), str(exc))
+    except Exception as exc:  # pragma: no cover - a bug here must not stop ingestion
+        return Rejection(source, line_no, truncate_raw(line), f"line: could not be validated ({type(exc).__name__}: {exc})")
+
+
+def _validate(line: str | bytes) -> Detection:
+    if isinstance(line, (bytes, bytearray, memoryview)):
+        raw = bytes(line)
+        if len(raw) > MAX_LINE_BYTES:
+            raise _Invalid(f"line: longer than {MAX_LINE_BYTES} bytes ({len(raw)})")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Invalid(f"line: not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
+    elif isinstance(line, str):
+        text = line
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise _Invalid("line: not valid UTF-8 (unpaired surrogate)") from None
+        if size > MAX_LINE_BYTES:
+            raise _Invalid(f"line: longer than {MAX_LINE_BYTES} bytes ({size})")
+    else:
+        raise _Invalid(f"line: must be str or bytes, got {type(line).__name__}")
+    if not text.strip():
+        raise _Invalid("line: empty")
+    try:
+        record = _DECODER.decode(text)
+    except RecursionError:
+        raise _Invalid("line: not valid JSON (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, duplicate keys, oversized integers
+        raise _Invalid(f"line: not valid JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise _Invalid(f"line: must be a JSON object, got {_show(record)}")
+    return _build(record)

@@ -1,0 +1,729 @@
+"""Bulk, idempotent loading of detection files (JSON Lines, optionally gzipped) into DuckDB.
+
+Design (measured by bench/ingest_bench.py): Python only cuts files into lines, in blocks, never holding a whole
+file. Chunks of ~100k raw lines go to DuckDB as a column and are validated there in SQL (yyjson, both cores),
+which keeps and types the good ones and inserts them with `ON CONFLICT DO NOTHING` on detection_id. The SQL
+check is deliberately *stricter* than the contract: any line it does not accept is handed to
+`core.detections.validate_record`, the authoritative validator, which either loads it after all or quarantines
+it with the reason. So SQL and Python can never disagree about what is loaded, and the reasons come from one
+place. Rows are keyed (detection_id; quarantine: source + line_no), so re-ingesting changes nothing.
+
+Late detections: a detection is `is_late` when, at the moment it is loaded, its camera already has a recorded
+regular (non fast-path) batch closing after the detection's ts, i.e. processing had passed its time when it
+arrived. It still lands in a new batch by the usual rules (see batch_store).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+
+import duckdb
+import numpy as np
+
+from hsi_dagster.core.detections import (
+    BBOX,
+    BOOL,
+    CAMERA_ID_PATTERN,
+    ENRICHMENT_SPEC,
+    LIGHTING,
+    LIGHTING_VALUES,
+    MAX_DETECTION_ID_CHARS,
+    MAX_ENRICHMENT_BYTES,
+    MAX_LABEL_CHARS,
+    MAX_LINE_BYTES,
+    MAX_LIST_ITEMS,
+    MAX_TAG_CHARS,
+    MAX_TEXT_CHARS,
+    NONNEG,
+    PRINTABLE_CHAR_CLASS,
+    TEXT,
+    TOP_LEVEL_FIELDS,
+    TS_MAX,
+    TS_MIN,
+    TS_PATTERN,
+    UNIT,
+    Detection,
+    Leaf,
+    ListOf,
+    Obj,
+    Rejection,
+    format_ts,
+    truncate_raw,
+    validate_record,
+)
+from hsi_dagster.storage.db import connect
+
+CHUNK_LINES = 100_000
+CHUNK_BYTES = 48 << 20
+READ_BLOCK_BYTES = 4 << 20
+
+
+class IngestError(Exception):
+    """An input file cannot be read (missing, a directory, unreadable, corrupt gzip); the message names it."""
+
+
+@dataclass
+class FileReport:
+    """What one file (or in-memory stream) contributed."""
+
+    source: str
+    lines: int = 0
+    loaded: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    blank_lines: int = 0
+    rescued: int = 0  # refused by the SQL fast path, accepted by the authoritative validator (diagnostic)
+    skipped: bool = False  # already ingested with the same size and mtime
+
+    @property
+    def valid(self) -> int:
+        return self.loaded + self.duplicates
+
+
+@dataclass
+class IngestReport:
+    """Totals over the files of one call; `elapsed_s` is wall time."""
+
+    files: list[FileReport] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(f, name) for f in self.files)
+
+    @property
+    def lines(self) -> int:
+        return self._sum("lines")
+
+    @property
+    def loaded(self) -> int:
+        return self._sum("loaded")
+
+    @property
+    def duplicates(self) -> int:
+        return self._sum("duplicates")
+
+    @property
+    def quarantined(self) -> int:
+        return self._sum("quarantined")
+
+    @property
+    def blank_lines(self) -> int:
+        return self._sum("blank_lines")
+
+    @property
+    def per_file(self) -> dict[str, FileReport]:
+        return {f.source: f for f in self.files}
+
+    @property
+    def lines_per_second(self) -> float:
+        return self.lines / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def summary(self) -> str:
+        """Human-readable lines for the CLI."""
+        out = []
+        for f in self.files:
+            if f.skipped:
+                out.append(f"{f.source}: skipped (already ingested, unchanged)")
+            else:
+                out.append(
+                    f"{f.source}: {f.lines} lines, {f.loaded} loaded, {f.duplicates} duplicates skipped, "
+                    f"{f.quarantined} quarantined" + (f", {f.blank_lines} blank" if f.blank_lines else "")
+                )
+        out.append(
+            f"total: {self.loaded} loaded, {self.duplicates} duplicates skipped, {self.quarantined} quarantined "
+            f"in {self.elapsed_s:.2f}s"
+        )
+        return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ SQL fast path
+# Every condition below must imply the Python rule it mirrors (tests/test_ingest.py checks this on many kinds of
+# bad lines). Values are read as the minified JSON text yyjson writes (json_extract(...)::VARCHAR[]): casting
+# the JSON type itself would convert "0.9" or true into numbers.
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _is_null(x: str) -> str:
+    return f"({x} IS NULL OR {x} = 'null')"
+
+
+def _number(x: str) -> str:
+    return f"TRY_CAST({x} AS DOUBLE)"
+
+
+def _bbox_ok(x: str) -> str:
+    """Four plain numbers (no quotes, so no strings), 0 <= x1 < x2 <= 1 and 0 <= y1 < y2 <= 1; NaN fails."""
+    cond = "len(b) = 4 AND b[1] >= 0 AND b[2] >= 0 AND b[3] <= 1 AND b[4] <= 1 AND b[1] < b[3] AND b[2] < b[4]"
+    return (
+        f"(starts_with({x}, '[') AND NOT contains({x}, '\"') "
+        f"AND coalesce(list_transform([TRY_CAST({x} AS DOUBLE[])], lambda b: {cond})[1], false))"
+    )
+
+
+def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
+    options = [_is_null(x)]
+    for kind in kinds:
+        if kind == TEXT:
+            options.append(f"(starts_with({x}, '\"') AND length(json_extract_string({x}, '$')) <= {MAX_TEXT_CHARS})")
+        elif kind == UNIT:
+            options.append(f"({_number(x)} BETWEEN 0 AND 1)")
+        elif kind == NONNEG:
+            options.append(f"({_number(x)} >= 0 AND isfinite({_number(x)}))")
+        elif kind == BOOL:
+            options.append(f"({x} IN ('true', 'false'))")
+        elif kind == LIGHTING:
+            options.append(f"({x} IN ({', '.join(_lit(chr(34) + v + chr(34)) for v in LIGHTING_VALUES)}))")
+        elif kind == BBOX:
+            options.append(_bbox_ok(x))
+        else:  # pragma: no cover - spec and SQL must move together
+            raise ValueError(f"no SQL for leaf kind {kind}")
+    return f"coalesce({' OR '.join(options)}, false)"
+
+
+def _keys_ok(keys: str, allowed: Sequence[str], *, may_be_missing: bool = False) -> str:
+    """No key outside `allowed`, none twice (Python refuses duplicates; DuckDB would read the first)."""
+    allowed_list = "[" + ", ".join(_lit(k) for k in allowed) + "]"
+    check = f"list_has_all({allowed_list}, {keys}) AND len({keys}) = len(list_distinct({keys}))"
+    if may_be_missing:
+        check = f"{keys} IS NULL OR ({check})"
+    return f"coalesce({check}, false)"
+
+
+def _printable(limit: int) -> str:
+    return _lit(f"{PRINTABLE_CHAR_CLASS}{{1,{limit}}}")
+
+
+@dataclass
+class _EnrichmentSql:
+    """The enrichment check split in the columns each stage computes once and the conditions over them."""
+
+    stage1: list[str]  # columns from `e`
+    stage2: list[str]  # columns from stage-1 columns
+    conditions: list[str]
+
+
+def _enrichment_sql(e: str) -> _EnrichmentSql:
+    """Closed to unknown keys (such lines go to Python, which keeps them); `e` is the enrichment's JSON text."""
+    obj_paths: list[tuple[str, Obj]] = []
+    list_paths: list[tuple[str, ListOf]] = []
+    leaf_paths: list[tuple[str, Leaf]] = []
+
+    def walk(path: str, spec: Any) -> None:
+        if isinstance(spec, Obj):
+            obj_paths.append((path, spec))
+            for name, sub in spec.fields.items():
+                walk(f"{path}.{name}", sub)
+        elif isinstance(spec, ListOf):
+            list_paths.append((path, spec))
+        else:
+            leaf_paths.append((path, spec))
+
+    for key, spec in ENRICHMENT_SPEC.items():
+        walk(f"$.{key}", spec)
+    containers = [(p, "OBJECT") for p, _ in obj_paths] + [(p, "ARRAY") for p, _ in list_paths]
+    paths = lambda items: "[" + ", ".join(_lit(p) for p, *_ in items) + "]"  # noqa: E731
+    stage1 = [
+        f"json_keys({e}) AS e_keys",
+        f"json_type({e}, {paths(containers)}) AS e_types",
+        f"json_keys({e}, {paths(obj_paths)}) AS e_obj_keys",
+        f"(json_extract({e}, {paths(leaf_paths)})::VARCHAR[]) AS e_vals",
+    ]
+    stage2: list[str] = []
+    conds = [
+        f"starts_with({e}, '{{')",
+        f"strlen({e}) <= {MAX_ENRICHMENT_BYTES // 2}",
+        _keys_ok("e_keys", list(ENRICHMENT_SPEC)),
+    ]
+    for i, (_, kind) in enumerate(containers, start=1):
+        conds.append(f"coalesce(e_types[{i}] IS NULL OR e_types[{i}] IN ('NULL', '{kind}'), false)")
+    for i, (_, spec) in enumerate(obj_paths, start=1):
+        conds.append(_keys_ok(f"e_obj_keys[{i}]", list(spec.fields), may_be_missing=True))
+    for i, (_, leaf) in enumerate(leaf_paths, start=1):
+        conds.append(_leaf_ok(f"e_vals[{i}]", leaf.kinds))
+    for k, (path, spec) in enumerate(list_paths):
+        item = spec.item
+        if not isinstance(item, Obj) or not all(isinstance(s, Leaf) for s in item.fields.values()):  # pragma: no cover
+            raise ValueError(f"SQL fast path supports lists of flat objects only ({path})")
+        names = list(item.fields)
+        stage1.append(f"(json_extract({e}, {_lit(path + '[*]')})::VARCHAR[]) AS l{k}_items")
+        stage1.append(f"json_array_length({e}, {_lit(path)}) AS l{k}_len")
+        stage2.append(f"list_transform(l{k}_items, lambda x: starts_with(x, '{{')) AS l{k}_objects")
+        stage2.append(f"list_transform(l{k}_items, lambda x: json_keys(x)) AS l{k}_keys")
+        stage2.append(
+            f"list_transform(l{k}_items, lambda x: (json_extract(x, [{', '.join(_lit('$.' + n) for n in names)}])::VARCHAR[])) AS l{k}_vals"
+        )
+        leaf_checks = " AND ".join(_leaf_ok(f"iv[{j}]", leaf.kinds) for j, leaf in enumerate(item.fields.values(), start=1))  # type: ignore[union-attr]
+        conds.append(f"coalesce(l{k}_len IS NULL OR l{k}_len <= {MAX_LIST_ITEMS}, false)")
+        conds.append(f"coalesce(list_bool_and(l{k}_objects), true)")
+        conds.append(f"coalesce(list_bool_and(list_transform(l{k}_keys, lambda ks: {_keys_ok('ks', names)})), true)")
+        conds.append(f"coalesce(list_bool_and(list_transform(l{k}_vals, lambda iv: {leaf_checks})), true)")
+    return _EnrichmentSql(stage1, stage2, conds)
+
+
+def build_check_sql(relation: str) -> str:
+    """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
+    the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
+    paths = ", ".join(_lit(f"$.{name}") for name in TOP_LEVEL_FIELDS)
+    idx = {name: i for i, name in enumerate(TOP_LEVEL_FIELDS, start=1)}
+
+    def v(name: str) -> str:
+        return f"v[{idx[name]}]"
+
+    def s(name: str) -> str:
+        return f"CASE WHEN starts_with({v(name)}, '\"') THEN json_extract_string({v(name)}, '$') END"
+
+    enrichment = _enrichment_sql("e")
+    checks = [
+        "v IS NOT NULL",
+        _keys_ok("keys", TOP_LEVEL_FIELDS),
+        f"regexp_full_match(detection_id, {_printable(MAX_DETECTION_ID_CHARS)})",
+        f"regexp_full_match(camera_id, {_lit(CAMERA_ID_PATTERN)})",
+        f"regexp_full_match(ts_text, {_lit(TS_PATTERN)})",
+        f"ts >= TIMESTAMPTZ '{TS_MIN.isoformat()}' AND ts < TIMESTAMPTZ '{TS_MAX.isoformat()}'",
+        f"regexp_full_match(label, {_printable(MAX_LABEL_CHARS)})",
+        "confidence BETWEEN 0 AND 1",
+        f"({_is_null(v('bbox'))} OR {_bbox_ok(v('bbox'))})",
+        f"({_is_null(v('track_id'))} OR regexp_full_match(track_id, {_printable(MAX_TAG_CHARS)}))",
+        f"({_is_null(v('zone'))} OR regexp_full_match(zone, {_printable(MAX_TAG_CHARS)}))",
+        "(e IS NULL OR (" + " AND ".join(enrichment.conditions) + "))",
+    ]
+    ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
+    stage2 = "".join(f",\n        {col}" for col in enrichment.stage2)
+    stage1 = "".join(f",\n        CASE WHEN e IS NOT NULL THEN {col.rsplit(' AS ', 1)[0]} END AS {col.rsplit(' AS ', 1)[1]}" for col in enrichment.stage1)
+    return f"""
+WITH raw AS (
+    SELECT line_no, line, trim(line, ' \t\r\n') = '' AS blank FROM {relation}
+), parsed AS (
+    SELECT line_no, line, blank,
+        CASE WHEN NOT blank AND strlen(line) <= {MAX_LINE_BYTES}
+                  AND NOT regexp_matches(line, ',[ \\t\\r\\n]*[\\]}}]') AND json_valid(line)
+             THEN (json_extract(line, [{paths}])::VARCHAR[]) END AS v,
+        CASE WHEN v IS NOT NULL THEN json_keys(line) END AS keys
+    FROM raw
+), typed AS (
+    SELECT line_no, line, blank, v, keys,
+        {s('detection_id')} AS detection_id,
+        {s('camera_id')} AS camera_id,
+        {s('ts')} AS ts_text,
+        TRY_CAST(upper(ts_text) AS TIMESTAMPTZ) AS ts,
+        {s('label')} AS label,
+        {_number(v('confidence'))} AS confidence,
+        {s('track_id')} AS track_id,
+        {s('zone')} AS zone,
+        CASE WHEN NOT {_is_null(v('enrichment'))} THEN {v('enrichment')} END AS e
+    FROM parsed
+), enrich1 AS (
+    SELECT *{stage1} FROM typed
+), enrich2 AS (
+    SELECT *{stage2} FROM enrich1
+), checked AS (
+    SELECT *, {ok} AS ok FROM enrich2
+)
+SELECT line_no, blank, ok,
+    CASE WHEN NOT ok AND NOT blank THEN line END AS line,
+    CASE WHEN ok THEN detection_id END AS detection_id,
+    CASE WHEN ok THEN camera_id END AS camera_id,
+    CASE WHEN ok THEN ts END AS ts,
+    CASE WHEN ok THEN label END AS label,
+    CASE WHEN ok THEN confidence END AS confidence,
+    CASE WHEN ok AND NOT {_is_null(v('bbox'))} THEN TRY_CAST({v('bbox')} AS DOUBLE[]) END AS bbox,
+    CASE WHEN ok THEN track_id END AS track_id,
+    CASE WHEN ok THEN zone END AS zone,
+    CASE WHEN ok THEN e END AS enrichment
+FROM checked
+"""
+
+
+_CHECK_SQL = build_check_sql("_hsi_chunk")
+
+_INSERT_SQL = """
+INSERT INTO detections (detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment,
+                        source, line_no, ingested_at, batch_id, is_late)
+SELECT r.detection_id, r.camera_id, r.ts, r.label, r.confidence, r.bbox, r.track_id, r.zone, r.enrichment,
+       $source, r.line_no, $received_at, NULL, coalesce(r.ts < p.processed_until, false)
+FROM ({rows}) r
+LEFT JOIN (
+    SELECT camera_id, max(closes_at) AS processed_until FROM detection_batches
+    WHERE close_reason <> 'fast_path' GROUP BY camera_id
+) p ON p.camera_id = r.camera_id
+QUALIFY row_number() OVER (PARTITION BY r.detection_id ORDER BY r.line_no) = 1
+ON CONFLICT DO NOTHING
+"""
+
+_PY_ROWS = """
+SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, confidence,
+       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, enrichment FROM _hsi_py_rows
+"""
+
+
+# ------------------------------------------------------------------------------------------------ loading
+class _Loader:
+    """Loads chunks of one source inside the given connection, one transaction per chunk."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, source: str, received_at: datetime) -> None:
+        self.conn = conn
+        self.report = FileReport(source)
+        self.params = {"source": source, "received_at": received_at}
+        self._pending_rejects: list[Rejection] = []
+
+    def reject_now(self, rejection: Rejection) -> None:
+        """A line refused before SQL (undecodable, over-long); written with the next chunk."""
+        self._pending_rejects.append(rejection)
+        self.report.lines += 1
+
+    def load_chunk(self, line_nos: np.ndarray, lines: np.ndarray) -> None:
+        conn = self.conn
+        self.report.lines += len(lines)
+        conn.register("_hsi_chunk", {"line_no": line_nos, "line": lines})
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            conn.execute(f"CREATE OR REPLACE TEMP TABLE _hsi_checked AS {_CHECK_SQL}")
+            valid, blank = conn.execute(
+                "SELECT count(*) FILTER (WHERE ok), count(*) FILTER (WHERE blank) FROM _hsi_checked"
+            ).fetchone()  # type: ignore[misc]
+            inserted = self._insert("SELECT * FROM _hsi_checked WHERE ok")
+            refused = conn.execute(
+                "SELECT line_no, line FROM _hsi_checked WHERE NOT ok AND NOT blank ORDER BY line_no"
+            ).fetchall()
+            conn.execute("DROP TABLE _hsi_checked")
+            self.report.blank_lines += blank
+            self.report.loaded += inserted
+            self.report.duplicates += valid - inserted
+            self._settle(refused)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.unregister("_hsi_chunk")
+
+    def flush_rejects(self) -> None:
+        if self._pending_rejects:
+            self.conn.execute("BEGIN TRANSACTION")
+            try:
+                self._settle([])
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+
+    def _insert(self, rows_sql: str) -> int:
+        row = self.conn.execute(_INSERT_SQL.format(rows=rows_sql), self.params).fetchone()
+        return int(row[0]) if row else 0
+
+    def _settle(self, refused: list[tuple[int, str]]) -> None:
+        """The authoritative validator decides on every line SQL did not accept."""
+        rescued: list[tuple[int, Detection]] = []
+        rejects = self._pending_rejects
+        self._pending_rejects = []
+        for line_no, line in refused:
+            result = validate_record(line, source=self.report.source, line_no=line_no)
+            if isinstance(result, Detection):
+                rescued.append((line_no, result))
+            else:
+                rejects.append(result)
+        if rescued:
+            self._insert_detections(rescued)
+        if rejects:
+            self._quarantine(rejects)
+
+    def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
+        obj = lambda values: np.array(values, dtype=object)  # noqa: E731
+        data = {
+            "line_no": np.array([n for n, _ in rows], dtype=np.int64),
+            "detection_id": obj([d.detection_id for _, d in rows]),
+            "camera_id": obj([d.camera_id for _, d in rows]),
+            "ts": obj([format_ts(d.ts) for _, d in rows]),
+            "label": obj([d.label for _, d in rows]),
+            "confidence": np.array([d.confidence for _, d in rows], dtype=np.float64),
+            "bbox": obj([None if d.bbox is None else "[" + ",".join(repr(x) for x in d.bbox) + "]" for _, d in rows]),
+            "track_id": obj([d.track_id for _, d in rows]),
+            "zone": obj([d.zone for _, d in rows]),
+            "enrichment": obj([d.enrichment_json() for _, d in rows]),
+        }
+        self.conn.register("_hsi_py_rows", data)
+        try:
+            inserted = self._insert(_PY_ROWS)
+        finally:
+            self.conn.unregister("_hsi_py_rows")
+        self.report.loaded += inserted
+        self.report.duplicates += len(rows) - inserted
+        self.report.rescued += len(rows)
+
+    def _quarantine(self, rejects: list[Rejection]) -> None:
+        data = {
+            "line_no": np.array([r.line_no for r in rejects], dtype=np.int64),
+            "raw": np.array([r.raw for r in rejects], dtype=object),
+            "reason": np.array([r.reason for r in rejects], dtype=object),
+        }
+        self.conn.register("_hsi_rejects", data)
+        try:
+            self.conn.execute(
+                """INSERT INTO quarantine (source, line_no, raw, reason, received_at)
+                   SELECT $source, line_no, raw, reason, $received_at FROM _hsi_rejects
+                   ON CONFLICT (source, line_no) DO UPDATE SET raw = excluded.raw, reason = excluded.reason""",
+                self.params,
+            )
+        finally:
+            self.conn.unregister("_hsi_rejects")
+        self.report.quarantined += len(rejects)
+
+
+class _Chunker:
+    """Gathers decoded lines into chunks for `_Loader.load_chunk`."""
+
+    def __init__(self, loader: _Loader, chunk_lines: int) -> None:
+        self.loader = loader
+        self.chunk_lines = chunk_lines
+        self.nos: list[np.ndarray] = []
+        self.texts: list[list[str]] = []
+        self.count = 0
+        self.size = 0
+
+    def add(self, nos: np.ndarray, lines: list[str]) -> None:
+        self.nos.append(nos)
+        self.texts.append(lines)
+        self.count += len(lines)
+        self.size += sum(map(len, lines))
+        if self.count >= self.chunk_lines or self.size >= CHUNK_BYTES:
+            self.flush()
+
+    def add_raw(self, first_no: int, raw_lines: list[bytes]) -> None:
+        """Lines of a block numbered from `first_no`: decoded at once, or one by one if the block has invalid
+        UTF-8 (those lines are refused right away with the reason)."""
+        try:
+            lines = b"\n".join(raw_lines).decode("utf-8").split("\n")
+            self.add(np.arange(first_no, first_no + len(lines), dtype=np.int64), lines)
+            return
+        except UnicodeDecodeError:
+            pass
+        lines, numbers = [], []
+        for offset, raw in enumerate(raw_lines):
+            try:
+                lines.append(raw.decode("utf-8"))
+                numbers.append(first_no + offset)
+            except UnicodeDecodeError:
+                self.loader.reject_now(validate_record(raw, source=self.loader.report.source, line_no=first_no + offset))  # type: ignore[arg-type]
+        self.add(np.array(numbers, dtype=np.int64), lines)
+
+    def flush(self) -> None:
+        if self.count:
+            lines = np.empty(self.count, dtype=object)
+            position = 0
+            for part in self.texts:
+                lines[position : position + len(part)] = part
+                position += len(part)
+            self.loader.load_chunk(np.concatenate(self.nos), lines)
+        else:
+            self.loader.flush_rejects()
+        self.nos, self.texts, self.count, self.size = [], [], 0, 0
+
+
+@contextmanager
+def _open_binary(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes, gunzipped when it starts with the gzip magic (whatever its name)."""
+    with open(path, "rb") as raw:
+        if raw.peek(2)[:2] == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                yield unzipped  # type: ignore[misc]
+        else:
+            yield raw  # type: ignore[misc]
+
+
+@dataclass
+class _LongLine:
+    line_no: int
+    head: bytes
+    size: int
+
+
+def _read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list[bytes]] | _LongLine]:
+    """Yield (first line number, complete lines) per block, or a _LongLine for a line so long that only its head
+    is kept: the rest is skipped without being held in memory. Memory stays around one block."""
+    line_no = 1
+    carry = b""
+    long_line: _LongLine | None = None
+    while True:
+        block = stream.read(block_bytes)
+        if not block:
+            break
+        if long_line is not None:
+            cut = block.find(b"\n")
+            if cut < 0:
+                long_line.size += len(block)
+                continue
+            long_line.size += cut
+            yield long_line
+            long_line = None
+            line_no += 1
+            block = block[cut + 1 :]
+        data = carry + block if carry else block
+        last = data.rfind(b"\n")
+        if last < 0:
+            carry = data
+        else:
+            lines = data[:last].split(b"\n")
+            carry = data[last + 1 :]
+            yield line_no, lines
+            line_no += len(lines)
+        if len(carry) > MAX_LINE_BYTES + 1:
+            long_line, carry = _LongLine(line_no, carry[: 4 * 4096], len(carry)), b""
+    if long_line is not None:
+        yield long_line
+    elif carry:
+        yield line_no, [carry]
+
+
+def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
+    chunker = _Chunker(loader, chunk_lines)
+    first_block = True
+    for item in _read_blocks(stream, READ_BLOCK_BYTES):
+        if isinstance(item, _LongLine):
+            reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
+            loader.reject_now(Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason))
+            continue
+        line_no, lines = item
+        if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
+            lines[0] = lines[0][3:]  # a UTF-8 byte order mark from Windows tools
+        first_block = False
+        chunker.add_raw(line_no, lines)
+    chunker.flush()
+
+
+def _record_file(conn: duckdb.DuckDBPyConnection, source: str, stat: os.stat_result, report: FileReport, at: datetime) -> None:
+    conn.execute(
+        """INSERT INTO ingested_files (path, size, mtime_ns, loaded, quarantined, ingested_at)
+           VALUES ($path, $size, $mtime, $loaded, $quarantined, $at)
+           ON CONFLICT (path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
+               loaded = ingested_files.loaded + excluded.loaded, quarantined = excluded.quarantined,
+               ingested_at = excluded.ingested_at""",
+        {"path": source, "size": stat.st_size, "mtime": stat.st_mtime_ns, "loaded": report.loaded,
+         "quarantined": report.quarantined, "at": at},
+    )
+
+
+def already_ingested(conn: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], size: int, mtime_ns: int) -> bool:
+    """True if this path was ingested when it had this size and mtime (an inbox watcher skips it)."""
+    row = conn.execute(
+        "SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
+        [str(Path(path).resolve()), int(size), int(mtime_ns)],
+    ).fetchone()
+    return row is not None
+
+
+def _check_readable(path: Path) -> os.stat_result:
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not path.is_file():
+        raise IngestError(f"cannot read {path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise IngestError(f"cannot read {path}: permission denied")
+    return stat
+
+
+def ingest_files(
+    db_path: str | os.PathLike[str] | None,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    settings: Any = None,
+    skip_already_ingested: bool = False,
+    chunk_lines: int = CHUNK_LINES,
+) -> IngestReport:
+    """Validate and load JSONL (or .jsonl.gz) files; bad records are quarantined, never fatal.
+
+    `db_path` None means `settings.HSI_DUCKDB_PATH`. All paths are checked first, so a missing or unreadable
+    one raises IngestError before anything is loaded; a file that turns out corrupt midway (bad gzip) raises
+    IngestError naming it, with its earlier chunks kept (re-ingesting is idempotent). Each file is recorded in
+    `ingested_files`; with `skip_already_ingested` an unchanged file (same size and mtime) is skipped.
+    """
+    started = time.perf_counter()
+    if db_path is None:
+        if settings is None:
+            from hsi_dagster.settings import load_settings
+
+            settings = load_settings()
+        db_path = settings.HSI_DUCKDB_PATH
+    resolved = [Path(p).resolve() for p in paths]
+    stats = [_check_readable(p) for p in resolved]
+    report = IngestReport()
+    with connect(db_path) as conn:
+        for path, stat in zip(resolved, stats):
+            source = str(path)
+            if skip_already_ingested and already_ingested(conn, path, stat.st_size, stat.st_mtime_ns):
+                report.files.append(FileReport(source, skipped=True))
+                continue
+            received_at = datetime.now(timezone.utc)
+            loader = _Loader(conn, source, received_at)
+            try:
+                with _open_binary(path) as stream:
+                    _ingest_stream(loader, stream, chunk_lines)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise IngestError(f"cannot read {path}: {exc}") from exc
+            _record_file(conn, source, stat, loader.report, received_at)
+            report.files.append(loader.report)
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def ingest_lines(
+    db: str | os.PathLike[str] | duckdb.DuckDBPyConnection,
+    lines: Iterable[str | bytes],
+    *,
+    source: str = "<memory>",
+    settings: Any = None,
+    chunk_lines: int = CHUNK_LINES,
+) -> IngestReport:
+    """Validate and load in-memory lines (numbered from 1) with the same rules; `db` is a path or a connection."""
+    del settings  # accepted for symmetry with ingest_files
+    started = time.perf_counter()
+
+    def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
+        loader = _Loader(conn, source, datetime.now(timezone.utc))
+        chunker = _Chunker(loader, chunk_lines)
+        nos: list[int] = []
+        texts: list[str] = []
+        for line_no, line in enumerate(lines, start=1):
+            if isinstance(line, str):
+                text = line[:-1] if line.endswith("\n") else line
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    loader.reject_now(validate_record(text, source=source, line_no=line_no))  # type: ignore[arg-type]
+                    continue
+            else:
+                raw = bytes(line)
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    loader.reject_now(validate_record(raw, source=source, line_no=line_no))  # type: ignore[arg-type]
+                    continue
+            nos.append(line_no)
+            texts.append(text)
+            if len(texts) >= 8192:
+                chunker.add(np.array(nos, dtype=np.int64), texts)
+                nos, texts = [], []
+        if texts:
+            chunker.add(np.array(nos, dtype=np.int64), texts)
+        chunker.flush()
+        return loader.report
+
+    if isinstance(db, duckdb.DuckDBPyConnection):
+        file_report = run(db)
+    else:
+        with connect(db) as conn:
+            file_report = run(conn)
+    return IngestReport([file_report], time.perf_counter() - started)

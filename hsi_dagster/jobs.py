@@ -1,0 +1,57 @@
+"""Jobs: the per-batch pipeline, the ingest of files, and partition retention."""
+
+
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+
+from hsi_dagster.assets.assessments import risk_assessments
+from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.assets.ingest import detections
+from hsi_dagster.assets.prompts import budgeted_prompts
+from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
+from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.storage.db import connect
+
+# One run per batch. Steps mostly wait on HTTP, so they run in the run's own process: a subprocess per step would
+# add seconds per batch (see the README's overhead figures).
+batch_pipeline_job = dg.define_asset_job(
+    "batch_pipeline",
+    selection=[detection_batches, enriched_contexts, budgeted_prompts, risk_assessments],
+    executor_def=dg.in_process_executor,
+    description="Record a closed batch window, enrich it, budget its prompt and assess its risk.",
+)
+
+ingest_job = dg.define_asset_job(
+    "ingest_detections", selection=[detections], executor_def=dg.in_process_executor,
+    description="Validate and load JSON Lines detection files.",
+)
+
+
+@dg.op(description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay).")
+def prune_batch_partitions(context: dg.OpExecutionContext, duckdb: HsiDuckDBResource,
+                           pipeline_settings: PipelineSettingsResource) -> int:
+    settings = pipeline_settings.get()
+    cutoff = datetime.now(timezone.utc) - timedelta(days=settings.PARTITION_RETENTION_DAYS)
+    with connect(duckdb.database, read_only=True) as conn:
+        old = {row[0] for row in conn.execute(
+            "SELECT batch_id FROM detection_batches WHERE closes_at < ?", [cutoff]).fetchall()}
+    existing = set(context.instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
+    doomed = sorted(old & existing)
+    for key in doomed:
+        context.instance.delete_dynamic_partition(BATCH_PARTITIONS_NAME, key)
+    context.log.info(f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; {len(existing) - len(doomed)} remain")
+    return len(doomed)
+
+
+@dg.job(description="Keep the number of batch partitions bounded.")
+def partition_retention_job():
+    prune_batch_partitions()
+
+
+partition_retention_schedule = dg.ScheduleDefinition(
+    name="partition_retention", job=partition_retention_job, cron_schedule="17 3 * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster only.",
+)

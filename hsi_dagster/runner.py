@@ -1,0 +1,104 @@
+"""`hsi process`: every batch closed as of T, through Dagster on the persistent instance (runs show in the UI).
+
+Runs execute in a small pool of worker PROCESSES, each running batches one after another in-process
+(`execute_in_process` on the DAGSTER_HOME instance). Why not threads: Dagster's in-process execution is not
+thread-safe (logging set-up deadlocks). Why not one process per run (the daemon's default launcher): 2-3 s of
+start-up per batch. PARALLEL + 1 workers keep every llama-server slot busy while the next batch is prepared; the
+`llama_slots` pool (limit PARALLEL) makes sure no more than PARALLEL LLM steps run at once, and `duckdb_writes`
+(limit 1) serialises the short DuckDB writes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
+
+from hsi_dagster.batch_store import pending_closed_batches
+from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.instance import get_instance
+from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
+from hsi_dagster.settings import HsiSettings
+from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.pipeline_tables import unassessed_batches
+
+_worker_job = None
+_worker_instance = None
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    batch_id: str
+    success: bool
+    run_id: str
+    seconds: float
+    error: str | None = None
+
+
+@dataclass
+class ProcessReport:
+    batch_ids: list[str]
+    runs: list[BatchRun] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[BatchRun]:
+        return [run for run in self.runs if not run.success]
+
+
+def _init_worker() -> None:
+    global _worker_job, _worker_instance
+    import dagster as dg
+
+    from hsi_dagster.definitions import defs
+
+    _worker_job = defs.resolve_job_def("batch_pipeline")
+    _worker_instance = dg.DagsterInstance.get()
+
+
+def _run_batch(batch_id: str, tags: dict[str, str]) -> BatchRun:
+    started = time.perf_counter()
+    result = _worker_job.execute_in_process(
+        instance=_worker_instance, partition_key=batch_id, raise_on_error=False, tags=tags
+    )
+    error = None
+    if not result.success:
+        failures = [event.event_specific_data.error for event in result.all_events if event.is_step_failure]
+        error = "; ".join(f"{err.message.strip()}" for err in failures if err) or "run failed"
+    return BatchRun(batch_id, result.success, result.run_id, time.perf_counter() - started, error)
+
+
+def batches_to_process(settings: HsiSettings, as_of: datetime) -> list[str]:
+    """Closed windows not yet recorded, then recorded batches that still have no assessment (earlier failures)."""
+    with connect(settings.HSI_DUCKDB_PATH) as conn:
+        closed = [batch.batch_id for batch in pending_closed_batches(conn, BatchRules.from_settings(settings), as_of)]
+        retry = [batch_id for batch_id in unassessed_batches(conn) if batch_id not in set(closed)]
+    return closed + retry
+
+
+def process(settings: HsiSettings, as_of: datetime, *, workers: int | None = None,
+            on_result: Callable[[BatchRun], None] | None = None) -> ProcessReport:
+    """Materialize the batch pipeline for every batch closed as of `as_of`. Failed batches stay pending."""
+    started = time.perf_counter()
+    instance = get_instance(settings)
+    batch_ids = batches_to_process(settings, as_of)
+    report = ProcessReport(batch_ids)
+    if not batch_ids:
+        return report
+    existing = set(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
+    instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [key for key in batch_ids if key not in existing])
+    workers = workers or min(len(batch_ids), settings.PARALLEL + 1)
+    tags = {"hsi/source": "hsi process", "hsi/as_of": as_of.isoformat()}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker) as pool:
+        futures = [pool.submit(_run_batch, batch_id, tags) for batch_id in batch_ids]
+        for future in as_completed(futures):
+            run = future.result()
+            report.runs.append(run)
+            if on_result:
+                on_result(run)
+    report.seconds = time.perf_counter() - started
+    return report

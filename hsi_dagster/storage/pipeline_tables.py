@@ -1,0 +1,75 @@
+"""Rows of the pipeline stages after batching (contexts, prompts, assessments): one row per batch, replaced on re-run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import duckdb
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
+    """INSERT OR REPLACE keyed by the table's primary key (batch_id): re-running a step never duplicates."""
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    conn.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
+
+
+def save_context(conn, batch_id: str, context_json: str, quality_level: str, missing: list[str]) -> None:
+    _replace(conn, "enriched_contexts", {
+        "batch_id": batch_id, "context": context_json, "quality_level": quality_level,
+        "missing_enrichment": list(missing), "created_at": _now(),
+    })
+
+
+def load_context_json(conn, batch_id: str) -> str:
+    row = conn.execute("SELECT context FROM enriched_contexts WHERE batch_id = ?", [batch_id]).fetchone()
+    if row is None:
+        raise LookupError(f"no enriched context for batch {batch_id}: materialize enriched_contexts first")
+    return row[0]
+
+
+def save_prompt(conn, batch_id: str, *, messages: list[dict], tokens_estimate: int, tokens_before: int, budget: int,
+                budget_source: str, utilization: float, sections_removed: list[str], static_prefix_sha256: str) -> None:
+    _replace(conn, "budgeted_prompts", {
+        "batch_id": batch_id, "messages": json.dumps(messages, ensure_ascii=False),
+        "prompt_tokens_estimate": tokens_estimate, "tokens_before": tokens_before, "context_budget": budget,
+        "budget_source": budget_source, "context_utilization": utilization, "sections_removed": list(sections_removed),
+        "static_prefix_sha256": static_prefix_sha256, "created_at": _now(),
+    })
+
+
+def load_prompt(conn, batch_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT messages, prompt_tokens_estimate, context_budget, budget_source, context_utilization, sections_removed"
+        " FROM budgeted_prompts WHERE batch_id = ?", [batch_id]).fetchone()
+    if row is None:
+        raise LookupError(f"no budgeted prompt for batch {batch_id}: materialize budgeted_prompts first")
+    return {"messages": json.loads(row[0]), "prompt_tokens_estimate": row[1], "context_budget": row[2],
+            "budget_source": row[3], "context_utilization": row[4], "sections_removed": list(row[5] or [])}
+
+
+def save_assessment(conn, row: dict[str, Any]) -> None:
+    row = dict(row)
+    row.setdefault("assessed_at", _now())
+    if isinstance(row.get("assessment"), (dict, list)):
+        row["assessment"] = json.dumps(row["assessment"], ensure_ascii=False)
+    _replace(conn, "risk_assessments", row)
+
+
+def count_assessments(conn, batch_id: str) -> int:
+    return conn.execute("SELECT count(*) FROM risk_assessments WHERE batch_id = ?", [batch_id]).fetchone()[0]
+
+
+def unassessed_batches(conn) -> dict[str, float]:
+    """Recorded batches with no stored assessment (any status) -> epoch seconds when recorded."""
+    rows = conn.execute(
+        "SELECT b.batch_id, epoch(b.recorded_at) FROM detection_batches b"
+        " ANTI JOIN risk_assessments r ON r.batch_id = b.batch_id ORDER BY b.recorded_at"
+    ).fetchall()
+    return {batch_id: float(recorded) for batch_id, recorded in rows}

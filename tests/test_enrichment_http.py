@@ -1,0 +1,196 @@
+"""HttpEnrichment against FAKE vision gateways (small http.server threads on 127.0.0.1, not a real gateway).
+
+They prove the overall deadline holds (slow, trickling and stalled servers), that a failing gateway does not stop
+the batch, that what is ready is kept, and that missing types are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES
+from hsi_dagster.core.enrichment_backends import HttpEnrichment, InlineEnrichment, enrichment_source
+
+pytestmark = pytest.mark.fault
+
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+DETECTIONS = [
+    {"detection_id": "d1", "camera_id": "cam", "ts": T0, "label": "person", "confidence": 0.9, "track_id": "t1",
+     "enrichment": {"scene": {"description": "porch", "lighting": "night", "indoor": False}}},
+    {"detection_id": "d2", "camera_id": "cam", "ts": T0 + timedelta(seconds=3), "label": "person", "confidence": 0.8,
+     "track_id": "t1", "enrichment": None},
+]
+BATCH = {"batch_id": "b1", "camera_id": "cam"}
+TYPES = QUALITY_LEVEL_TYPES["standard"]
+SLACK_S = 0.6
+
+
+class FakeGateway:
+    """A fake vision gateway; `behaviour(handler, body)` writes the reply."""
+
+    def __init__(self, behaviour):
+        self.requests: list[dict] = []
+        self.release = threading.Event()
+        gateway = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server API)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                gateway.requests.append({"path": self.path, "body": body})
+                behaviour(self, body, gateway.release)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def reply_json(handler, status, payload, content_type="application/json"):
+    data = json.dumps(payload).encode() if not isinstance(payload, bytes) else payload
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def ok(handler, body, release):
+    reply_json(handler, 200, {"results": {
+        "d1": {"florence": {"caption": "a man at the door"}, "clip": [{"label": "intruder", "score": 0.7}]},
+        "d2": {"florence": {"caption": "a man leaves"}, "bogus_type": {}},
+        "unknown-id": {"florence": {"caption": "ignored"}},
+    }, "missing": ["reid"]})
+
+
+def slow(handler, body, release):
+    release.wait(10)  # far beyond the deadline
+    try:
+        reply_json(handler, 200, {"results": {}})
+    except OSError:
+        pass
+
+
+def trickle(handler, body, release):
+    """Sends headers and then one byte at a time, never finishing within the deadline."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", "100000")
+    handler.end_headers()
+    try:
+        for _ in range(200):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            if release.wait(0.1):
+                return
+    except OSError:
+        pass
+
+
+def failing(handler, body, release):
+    reply_json(handler, 500, {"error": "model crashed"})
+
+
+def partial_stream(handler, body, release):
+    """NDJSON: CLIP finishes at once, everything else stalls past the deadline."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/x-ndjson")
+    handler.end_headers()
+    lines = [
+        {"detection_id": "d1", "type": "clip", "payload": [{"label": "intruder", "score": 0.7}]},
+        {"detection_id": "d2", "type": "clip", "payload": [{"label": "resident", "score": 0.4}]},
+        {"done": "clip"},
+        {"detection_id": "d1", "type": "florence", "payload": {"caption": "a man at the door"}},
+    ]
+    try:
+        handler.wfile.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        handler.wfile.flush()
+        release.wait(10)
+    except OSError:
+        pass
+
+
+def test_inline_is_the_default_and_changes_nothing():
+    result = InlineEnrichment().fetch(BATCH, DETECTIONS, TYPES)
+    assert result.detections == DETECTIONS and result.missing_types == ()
+    assert isinstance(enrichment_source("inline", "http://unused", 30), InlineEnrichment)
+    with pytest.raises(ValueError, match="inline, http"):
+        enrichment_source("grpc", "http://unused", 30)
+
+
+def test_gateway_results_are_merged_and_the_request_is_documented_shape():
+    with FakeGateway(ok) as gateway:
+        result = HttpEnrichment(gateway.url, timeout_s=5).fetch(BATCH, DETECTIONS, TYPES)
+    [request] = gateway.requests
+    assert request["path"] == "/v1/enrich"
+    assert request["body"]["batch_id"] == "b1" and request["body"]["types"] == list(TYPES)
+    assert request["body"]["detections"][0] == {"detection_id": "d1", "camera_id": "cam", "ts": T0.isoformat()}
+    d1, d2 = result.detections
+    assert d1["enrichment"]["florence"]["caption"] == "a man at the door"
+    assert d1["enrichment"]["scene"]["lighting"] == "night"  # inline payload kept
+    assert "bogus_type" not in d2["enrichment"]
+    assert result.missing_types == ("reid",) and result.errors == []
+    assert DETECTIONS[0]["enrichment"] == {"scene": {"description": "porch", "lighting": "night", "indoor": False}}
+
+
+@pytest.mark.parametrize("behaviour", [slow, trickle], ids=["slow", "trickle"])
+def test_deadline_holds_and_batch_goes_on(behaviour):
+    timeout = 0.8
+    with FakeGateway(behaviour) as gateway:
+        started = time.monotonic()
+        result = HttpEnrichment(gateway.url, timeout_s=timeout).fetch(BATCH, DETECTIONS, TYPES)
+        elapsed = time.monotonic() - started
+    assert elapsed < timeout + SLACK_S, f"took {elapsed:.2f} s for a {timeout} s deadline"
+    assert elapsed >= timeout * 0.9  # it did wait for the gateway
+    assert result.missing_types == tuple(TYPES)
+    assert "deadline" in result.errors[0]
+    assert result.detections[0]["enrichment"]["scene"]["lighting"] == "night"  # what was ready goes on
+
+
+def test_failing_gateway_reports_missing_types_quickly():
+    with FakeGateway(failing) as gateway:
+        started = time.monotonic()
+        result = HttpEnrichment(gateway.url, timeout_s=5).fetch(BATCH, DETECTIONS, TYPES)
+    assert time.monotonic() - started < 2
+    assert result.missing_types == tuple(TYPES)
+    assert "HTTP 500" in result.errors[0]
+    assert [d["detection_id"] for d in result.detections] == ["d1", "d2"]
+
+
+def test_unreachable_gateway_reports_missing_types():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again at once: nothing listens there
+    result = HttpEnrichment(f"http://127.0.0.1:{port}", timeout_s=2).fetch(BATCH, DETECTIONS, ["florence"])
+    assert result.missing_types == ("florence",) and "failed" in result.errors[0]
+
+
+def test_streamed_results_that_are_ready_are_kept_at_the_deadline():
+    timeout = 0.8
+    with FakeGateway(partial_stream) as gateway:
+        started = time.monotonic()
+        result = HttpEnrichment(gateway.url, timeout_s=timeout).fetch(BATCH, DETECTIONS, TYPES)
+        elapsed = time.monotonic() - started
+    assert elapsed < timeout + SLACK_S
+    assert "clip" not in result.missing_types  # finished before the deadline
+    assert set(result.missing_types) == set(TYPES) - {"clip"}
+    assert result.detections[1]["enrichment"]["clip"] == [{"label": "resident", "score": 0.4}]
+    assert result.detections[0]["enrichment"]["florence"]["caption"] == "a man at the door"  # partial, still used
