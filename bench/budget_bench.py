@@ -1,6 +1,6 @@
 """Budgeting cost: fit_to_budget vs a naive re-encode-per-step loop vs one plain tiktoken encode of the prompt.
 
-Run:  .venv/bin/python bench/budget_bench.py [--runs 31] [--detections 110] [--seed 1]
+Run:  .venv/bin/python bench/budget_bench.py [--runs 51] [--detections 110] [--seed 1]
 
 The prompt (~10k cl100k tokens: a busy 90-s batch at quality "full") needs truncation: budget A makes half of
 the removable sections go (5 steps); budget B needs every removal and then shortening of florence + detections. "fit_to_budget (cold)" uses a fresh TokenCounter per run (it encodes the static
@@ -43,18 +43,20 @@ def naive_fit(sections, profile_text, budget, counter: TokenCounter):
     return messages, tokens, removed
 
 
-def median_time(fn, runs: int) -> float:
-    times = []
+def median_times(fns: dict, runs: int) -> dict[str, float]:
+    """Median seconds per function; the functions take turns in every round, so load drifts hit all alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=31)
+    parser.add_argument("--runs", type=int, default=51)
     parser.add_argument("--detections", type=int, default=110)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -90,11 +92,14 @@ def main() -> None:
         warm.clear()  # keep only the pinned static count: nothing of this batch is cached
         fit_to_budget(sections, profile_text, budget, warm)
 
-    one = median_time(lambda: encoding.encode_ordinary(full_text), args.runs)
-    cold = median_time(lambda: fit_to_budget(sections, profile_text, budget, TokenCounter()), args.runs)
-    hot = median_time(fit_warm, args.runs)
-    naive = median_time(lambda: naive_fit(sections, profile_text, budget, TokenCounter()), args.runs)
-    cold_b = median_time(lambda: fit_to_budget(sections, profile_text, budget_b, TokenCounter()), args.runs)
+    medians = median_times({
+        "one": lambda: encoding.encode_ordinary(full_text),
+        "cold": lambda: fit_to_budget(sections, profile_text, budget, TokenCounter()),
+        "hot": fit_warm,
+        "naive": lambda: naive_fit(sections, profile_text, budget, TokenCounter()),
+        "cold_b": lambda: fit_to_budget(sections, profile_text, budget_b, TokenCounter()),
+    }, args.runs)
+    one, cold, hot, naive, cold_b = (medians[k] for k in ("one", "cold", "hot", "naive", "cold_b"))
 
     print(f"prompt: {prompt_tokens} tokens (cl100k, incl. message overhead), {len(full_text)} chars, "
           f"{len(detections)} detections, {len(sections)} sections")

@@ -34,7 +34,7 @@ def post_webhook(url: str, payload: dict, timeout: float = WEBHOOK_TIMEOUT_SECON
     """POST the alert; returns 'sent', or 'failed: <reason>' naming the endpoint. Never raises."""
     try:
         response = httpx.post(url, json=payload, timeout=timeout)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError (e.g. 'http://[::1')
         return f"failed: {url}: {type(exc).__name__}"
     if response.status_code >= 300:
         return f"failed: {url}: HTTP {response.status_code}"

@@ -146,28 +146,38 @@ class IngestReport:
 
 # ------------------------------------------------------------------------------------------------ SQL fast path
 # Every condition below must imply the Python rule it mirrors (tests/test_ingest.py checks this on many kinds of
-# bad lines). Values are read as the minified JSON text yyjson writes (json_extract(...)::VARCHAR[]): casting
-# the JSON type itself would convert "0.9" or true into numbers.
+# bad lines and on fuzzed ones). Values are read as JSON text (from_json with JSON leaves) and typed by their
+# first character; casts go through VARCHAR, because casting the JSON type itself turns "0.9" or true into
+# numbers. Cost matters here: each JSON function is a parse, so the line is parsed a fixed few times and the
+# enrichment (only when present) a few more.
 
 
 def _lit(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _txt(x: str) -> str:
+    return f"({x})::VARCHAR"
+
+
 def _is_null(x: str) -> str:
-    return f"({x} IS NULL OR {x} = 'null')"
+    return f"({x} IS NULL OR {_txt(x)} = 'null')"
 
 
 def _number(x: str) -> str:
-    return f"TRY_CAST({x} AS DOUBLE)"
+    return f"TRY_CAST({_txt(x)} AS DOUBLE)"
+
+
+def _is_string(x: str) -> str:
+    return f"starts_with({_txt(x)}, '\"')"
 
 
 def _bbox_ok(x: str) -> str:
-    """Four plain numbers (no quotes, so no strings), 0 <= x1 < x2 <= 1 and 0 <= y1 < y2 <= 1; NaN fails."""
+    """Four plain numbers (only number characters, so no strings, booleans, null or NaN), ordered, in 0..1."""
     cond = "len(b) = 4 AND b[1] >= 0 AND b[2] >= 0 AND b[3] <= 1 AND b[4] <= 1 AND b[1] < b[3] AND b[2] < b[4]"
     return (
-        f"(starts_with({x}, '[') AND NOT contains({x}, '\"') "
-        f"AND coalesce(list_transform([TRY_CAST({x} AS DOUBLE[])], lambda b: {cond})[1], false))"
+        f"(regexp_full_match({_txt(x)}, '\\[[-+0-9.eE,]*\\]') "
+        f"AND coalesce(list_transform([TRY_CAST({_txt(x)} AS DOUBLE[])], lambda b: {cond})[1], false))"
     )
 
 
@@ -175,15 +185,16 @@ def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
     options = [_is_null(x)]
     for kind in kinds:
         if kind == TEXT:
-            options.append(f"(starts_with({x}, '\"') AND length(json_extract_string({x}, '$')) <= {MAX_TEXT_CHARS})")
+            # The JSON text is never shorter than the decoded string, nor its bytes fewer than its characters.
+            options.append(f"({_is_string(x)} AND strlen({_txt(x)}) <= {MAX_TEXT_CHARS + 2})")
         elif kind == UNIT:
-            options.append(f"({_number(x)} BETWEEN 0 AND 1)")
+            options.append(f"(NOT {_is_string(x)} AND {_number(x)} BETWEEN 0 AND 1)")
         elif kind == NONNEG:
-            options.append(f"({_number(x)} >= 0 AND isfinite({_number(x)}))")
+            options.append(f"(NOT {_is_string(x)} AND {_number(x)} >= 0 AND isfinite({_number(x)}))")
         elif kind == BOOL:
-            options.append(f"({x} IN ('true', 'false'))")
+            options.append(f"({_txt(x)} IN ('true', 'false'))")
         elif kind == LIGHTING:
-            options.append(f"({x} IN ({', '.join(_lit(chr(34) + v + chr(34)) for v in LIGHTING_VALUES)}))")
+            options.append(f"({_txt(x)} IN ({', '.join(_lit(chr(34) + v + chr(34)) for v in LIGHTING_VALUES)}))")
         elif kind == BBOX:
             options.append(_bbox_ok(x))
         else:  # pragma: no cover - spec and SQL must move together
@@ -191,155 +202,143 @@ def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
     return f"coalesce({' OR '.join(options)}, false)"
 
 
-def _keys_ok(keys: str, allowed: Sequence[str], *, may_be_missing: bool = False) -> str:
-    """No key outside `allowed`, none twice (Python refuses duplicates; DuckDB would read the first)."""
+def _keys_ok(keys: str, allowed: Sequence[str]) -> str:
+    """Keys present (an empty list means not an object, or an empty one: left to Python), none outside
+    `allowed`, none twice (Python refuses duplicates; DuckDB would read the first)."""
     allowed_list = "[" + ", ".join(_lit(k) for k in allowed) + "]"
-    check = f"list_has_all({allowed_list}, {keys}) AND len({keys}) = len(list_distinct({keys}))"
-    if may_be_missing:
-        check = f"{keys} IS NULL OR ({check})"
-    return f"coalesce({check}, false)"
+    return f"coalesce(len({keys}) > 0 AND list_has_all({allowed_list}, {keys}) AND len({keys}) = len(list_distinct({keys})), false)"
 
 
-def _printable(limit: int) -> str:
-    return _lit(f"{PRINTABLE_CHAR_CLASS}{{1,{limit}}}")
+def _printable(x: str, limit: int) -> str:
+    """1..limit characters; control characters can only come from escapes, so lines without a backslash skip
+    the regex."""
+    return f"(length({x}) BETWEEN 1 AND {limit} AND (NOT has_escape OR regexp_full_match({x}, {_lit(PRINTABLE_CHAR_CLASS + '*')})))"
+
+
+def _structure(spec: Any) -> str:
+    if isinstance(spec, Leaf):
+        return '"JSON"'
+    if isinstance(spec, ListOf):
+        return f"[{_structure(spec.item)}]"
+    return "{" + ", ".join(f'"{name}": {_structure(sub)}' for name, sub in spec.fields.items()) + "}"
 
 
 @dataclass
 class _EnrichmentSql:
-    """The enrichment check split in the columns each stage computes once and the conditions over them."""
-
-    stage1: list[str]  # columns from `e`
-    stage2: list[str]  # columns from stage-1 columns
+    columns: list[str]  # computed once per enriched row from `e`
     conditions: list[str]
 
 
 def _enrichment_sql(e: str) -> _EnrichmentSql:
-    """Closed to unknown keys (such lines go to Python, which keeps them); `e` is the enrichment's JSON text."""
-    obj_paths: list[tuple[str, Obj]] = []
-    list_paths: list[tuple[str, ListOf]] = []
-    leaf_paths: list[tuple[str, Leaf]] = []
+    """Closed to unknown keys (such lines go to Python, which keeps them). `e` is the enrichment's JSON text."""
+    objects: list[tuple[str, str, Obj]] = []  # (json path, struct path, spec)
+    lists: list[tuple[str, str, ListOf]] = []
+    leaves: list[tuple[str, Leaf]] = []
 
-    def walk(path: str, spec: Any) -> None:
+    def walk(path: str, ref: str, spec: Any) -> None:
         if isinstance(spec, Obj):
-            obj_paths.append((path, spec))
+            objects.append((path, ref, spec))
             for name, sub in spec.fields.items():
-                walk(f"{path}.{name}", sub)
+                walk(f"{path}.{name}", f"{ref}.{name}", sub)
         elif isinstance(spec, ListOf):
-            list_paths.append((path, spec))
+            lists.append((path, ref, spec))
         else:
-            leaf_paths.append((path, spec))
+            leaves.append((ref, spec))
 
     for key, spec in ENRICHMENT_SPEC.items():
-        walk(f"$.{key}", spec)
-    containers = [(p, "OBJECT") for p, _ in obj_paths] + [(p, "ARRAY") for p, _ in list_paths]
-    paths = lambda items: "[" + ", ".join(_lit(p) for p, *_ in items) + "]"  # noqa: E731
-    stage1 = [
-        f"json_keys({e}) AS e_keys",
-        f"json_type({e}, {paths(containers)}) AS e_types",
-        f"json_keys({e}, {paths(obj_paths)}) AS e_obj_keys",
-        f"(json_extract({e}, {paths(leaf_paths)})::VARCHAR[]) AS e_vals",
+        walk(f"$.{key}", f"en.{key}", spec)
+    structure = "{" + ", ".join(f'"{k}": {_structure(s)}' for k, s in ENRICHMENT_SPEC.items()) + "}"
+    containers = [p for p, _, _ in objects] + [p for p, _, _ in lists]
+    columns = [
+        f"from_json({e}, {_lit(structure)}) AS en",
+        f"json_type({e}, [{', '.join(_lit(p) for p in containers)}]) AS en_types",
+        f"json_keys({e}, ['$', {', '.join(_lit(p) for p, _, _ in objects)}]) AS en_keys",
     ]
-    stage2: list[str] = []
     conds = [
         f"starts_with({e}, '{{')",
         f"strlen({e}) <= {MAX_ENRICHMENT_BYTES // 2}",
-        _keys_ok("e_keys", list(ENRICHMENT_SPEC)),
+        _keys_ok("en_keys[1]", list(ENRICHMENT_SPEC)),
     ]
-    for i, (_, kind) in enumerate(containers, start=1):
-        conds.append(f"coalesce(e_types[{i}] IS NULL OR e_types[{i}] IN ('NULL', '{kind}'), false)")
-    for i, (_, spec) in enumerate(obj_paths, start=1):
-        conds.append(_keys_ok(f"e_obj_keys[{i}]", list(spec.fields), may_be_missing=True))
-    for i, (_, leaf) in enumerate(leaf_paths, start=1):
-        conds.append(_leaf_ok(f"e_vals[{i}]", leaf.kinds))
-    for k, (path, spec) in enumerate(list_paths):
+    for i, (path, _, spec) in enumerate(objects, start=1):
+        present = f"en_types[{i}] = 'OBJECT'"
+        conds.append(f"(en_types[{i}] IS NULL OR ({present} AND {_keys_ok(f'en_keys[{i + 1}]', list(spec.fields))}))")
+    for ref, leaf in leaves:
+        conds.append(_leaf_ok(ref, leaf.kinds))
+    for k, (path, ref, spec) in enumerate(lists):
         item = spec.item
         if not isinstance(item, Obj) or not all(isinstance(s, Leaf) for s in item.fields.values()):  # pragma: no cover
             raise ValueError(f"SQL fast path supports lists of flat objects only ({path})")
-        names = list(item.fields)
-        stage1.append(f"(json_extract({e}, {_lit(path + '[*]')})::VARCHAR[]) AS l{k}_items")
-        stage1.append(f"json_array_length({e}, {_lit(path)}) AS l{k}_len")
-        stage2.append(f"list_transform(l{k}_items, lambda x: starts_with(x, '{{')) AS l{k}_objects")
-        stage2.append(f"list_transform(l{k}_items, lambda x: json_keys(x)) AS l{k}_keys")
-        stage2.append(
-            f"list_transform(l{k}_items, lambda x: (json_extract(x, [{', '.join(_lit('$.' + n) for n in names)}])::VARCHAR[])) AS l{k}_vals"
+        i = len(objects) + k + 1
+        columns.append(f"CASE WHEN en_types[{i}] = 'ARRAY' THEN json_keys({e}, {_lit(path + '[*]')}) END AS en_items{k}")
+        leaf_checks = " AND ".join(_leaf_ok(f"it.{name}", leaf.kinds) for name, leaf in item.fields.items())  # type: ignore[union-attr]
+        conds.append(
+            f"(en_types[{i}] IS NULL OR (en_types[{i}] = 'ARRAY' AND len({ref}) = len(en_items{k}) AND len({ref}) <= {MAX_LIST_ITEMS} "
+            f"AND coalesce(list_bool_and(list_transform(en_items{k}, lambda ks: {_keys_ok('ks', list(item.fields))})), true) "
+            f"AND coalesce(list_bool_and(list_transform({ref}, lambda it: {leaf_checks})), true)))"
         )
-        leaf_checks = " AND ".join(_leaf_ok(f"iv[{j}]", leaf.kinds) for j, leaf in enumerate(item.fields.values(), start=1))  # type: ignore[union-attr]
-        conds.append(f"coalesce(l{k}_len IS NULL OR l{k}_len <= {MAX_LIST_ITEMS}, false)")
-        conds.append(f"coalesce(list_bool_and(l{k}_objects), true)")
-        conds.append(f"coalesce(list_bool_and(list_transform(l{k}_keys, lambda ks: {_keys_ok('ks', names)})), true)")
-        conds.append(f"coalesce(list_bool_and(list_transform(l{k}_vals, lambda iv: {leaf_checks})), true)")
-    return _EnrichmentSql(stage1, stage2, conds)
+    return _EnrichmentSql(columns, conds)
 
 
 def build_check_sql(relation: str) -> str:
     """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
     the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
-    paths = ", ".join(_lit(f"$.{name}") for name in TOP_LEVEL_FIELDS)
-    idx = {name: i for i, name in enumerate(TOP_LEVEL_FIELDS, start=1)}
-
-    def v(name: str) -> str:
-        return f"v[{idx[name]}]"
-
-    def s(name: str) -> str:
-        return f"CASE WHEN starts_with({v(name)}, '\"') THEN json_extract_string({v(name)}, '$') END"
-
+    as_json = "{" + ", ".join(f'"{name}": "JSON"' for name in TOP_LEVEL_FIELDS) + "}"
+    as_values = '{"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "track_id": "VARCHAR", "zone": "VARCHAR"}'
     enrichment = _enrichment_sql("e")
     checks = [
-        "v IS NOT NULL",
-        _keys_ok("keys", TOP_LEVEL_FIELDS),
-        f"regexp_full_match(detection_id, {_printable(MAX_DETECTION_ID_CHARS)})",
-        f"regexp_full_match(camera_id, {_lit(CAMERA_ID_PATTERN)})",
-        f"regexp_full_match(ts_text, {_lit(TS_PATTERN)})",
+        "j IS NOT NULL",
+        _keys_ok("top_keys", TOP_LEVEL_FIELDS),
+        f"{_is_string('j.detection_id')} AND {_printable('val.detection_id', MAX_DETECTION_ID_CHARS)}",
+        f"{_is_string('j.camera_id')} AND regexp_full_match(val.camera_id, {_lit(CAMERA_ID_PATTERN)})",
+        f"{_is_string('j.ts')} AND regexp_full_match(val.ts, {_lit(TS_PATTERN)})",
         f"ts >= TIMESTAMPTZ '{TS_MIN.isoformat()}' AND ts < TIMESTAMPTZ '{TS_MAX.isoformat()}'",
-        f"regexp_full_match(label, {_printable(MAX_LABEL_CHARS)})",
-        "confidence BETWEEN 0 AND 1",
-        f"({_is_null(v('bbox'))} OR {_bbox_ok(v('bbox'))})",
-        f"({_is_null(v('track_id'))} OR regexp_full_match(track_id, {_printable(MAX_TAG_CHARS)}))",
-        f"({_is_null(v('zone'))} OR regexp_full_match(zone, {_printable(MAX_TAG_CHARS)}))",
-        "(e IS NULL OR (" + " AND ".join(enrichment.conditions) + "))",
+        f"{_is_string('j.label')} AND {_printable('val.label', MAX_LABEL_CHARS)}",
+        f"NOT {_is_string('j.confidence')} AND confidence BETWEEN 0 AND 1",
+        f"({_is_null('j.bbox')} OR {_bbox_ok('j.bbox')})",
+        f"({_is_null('j.track_id')} OR ({_is_string('j.track_id')} AND {_printable('val.track_id', MAX_TAG_CHARS)}))",
+        f"({_is_null('j.zone')} OR ({_is_string('j.zone')} AND {_printable('val.zone', MAX_TAG_CHARS)}))",
     ]
-    ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
-    stage2 = "".join(f",\n        {col}" for col in enrichment.stage2)
-    stage1 = "".join(f",\n        CASE WHEN e IS NOT NULL THEN {col.rsplit(' AS ', 1)[0]} END AS {col.rsplit(' AS ', 1)[1]}" for col in enrichment.stage1)
+    top_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
+    enrichment_ok = " AND ".join(f"coalesce({c}, false)" for c in enrichment.conditions)
+    en_columns = "".join(
+        f",\n        CASE WHEN e IS NOT NULL THEN {col.rsplit(' AS ', 1)[0]} END AS {col.rsplit(' AS ', 1)[1]}"
+        for col in enrichment.columns
+    )
     return f"""
 WITH raw AS (
     SELECT line_no, line, trim(line, ' \t\r\n') = '' AS blank FROM {relation}
 ), parsed AS (
-    SELECT line_no, line, blank,
+    SELECT line_no, line, blank, contains(line, '\\') AS has_escape,
         CASE WHEN NOT blank AND strlen(line) <= {MAX_LINE_BYTES}
-                  AND NOT regexp_matches(line, ',[ \\t\\r\\n]*[\\]}}]') AND json_valid(line)
-             THEN (json_extract(line, [{paths}])::VARCHAR[]) END AS v,
-        CASE WHEN v IS NOT NULL THEN json_keys(line) END AS keys
+                  AND NOT regexp_matches(line, ',[ \\t\\r\\n]*[\\]}}]') AND json_valid(line) AND starts_with(ltrim(line), '{{')
+             THEN from_json(line, {_lit(as_json)}) END AS j
     FROM raw
-), typed AS (
-    SELECT line_no, line, blank, v, keys,
-        {s('detection_id')} AS detection_id,
-        {s('camera_id')} AS camera_id,
-        {s('ts')} AS ts_text,
-        TRY_CAST(upper(ts_text) AS TIMESTAMPTZ) AS ts,
-        {s('label')} AS label,
-        {_number(v('confidence'))} AS confidence,
-        {s('track_id')} AS track_id,
-        {s('zone')} AS zone,
-        CASE WHEN NOT {_is_null(v('enrichment'))} THEN {v('enrichment')} END AS e
+), values AS (
+    SELECT *,
+        CASE WHEN j IS NOT NULL THEN json_keys(line) END AS top_keys,
+        CASE WHEN j IS NOT NULL THEN from_json(line, {_lit(as_values)}) END AS val,
+        {_number('j.confidence')} AS confidence,
+        CASE WHEN NOT {_is_null('j.enrichment')} THEN {_txt('j.enrichment')} END AS e
     FROM parsed
-), enrich1 AS (
-    SELECT *{stage1} FROM typed
-), enrich2 AS (
-    SELECT *{stage2} FROM enrich1
+), typed AS (
+    SELECT *, TRY_CAST(upper(val.ts) AS TIMESTAMPTZ) AS ts FROM values
+), top_checked AS (
+    SELECT *, {top_ok} AS top_ok FROM typed
+), enriched AS (
+    SELECT *{en_columns} FROM top_checked
 ), checked AS (
-    SELECT *, {ok} AS ok FROM enrich2
+    SELECT *, top_ok AND (e IS NULL OR CASE WHEN e IS NULL THEN true ELSE {enrichment_ok} END) AS ok FROM enriched
 )
 SELECT line_no, blank, ok,
     CASE WHEN NOT ok AND NOT blank THEN line END AS line,
-    CASE WHEN ok THEN detection_id END AS detection_id,
-    CASE WHEN ok THEN camera_id END AS camera_id,
+    CASE WHEN ok THEN val.detection_id END AS detection_id,
+    CASE WHEN ok THEN val.camera_id END AS camera_id,
     CASE WHEN ok THEN ts END AS ts,
-    CASE WHEN ok THEN label END AS label,
+    CASE WHEN ok THEN val.label END AS label,
     CASE WHEN ok THEN confidence END AS confidence,
-    CASE WHEN ok AND NOT {_is_null(v('bbox'))} THEN TRY_CAST({v('bbox')} AS DOUBLE[]) END AS bbox,
-    CASE WHEN ok THEN track_id END AS track_id,
-    CASE WHEN ok THEN zone END AS zone,
+    CASE WHEN ok AND NOT {_is_null('j.bbox')} THEN TRY_CAST({_txt('j.bbox')} AS DOUBLE[]) END AS bbox,
+    CASE WHEN ok THEN val.track_id END AS track_id,
+    CASE WHEN ok THEN val.zone END AS zone,
     CASE WHEN ok THEN e END AS enrichment
 FROM checked
 """

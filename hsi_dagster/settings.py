@@ -168,12 +168,47 @@ class HsiSettings(BaseSettings):
         return warnings
 
 
+_BOOL_ACCEPTED = "true or false (also 1/0, yes/no, on/off)"
+
+
+def _numeric_accepted(name: str) -> str | None:
+    """'whole numbers >= 1 and <= 64' from the field's type and bounds (None for a non-numeric field)."""
+    field = HsiSettings.model_fields.get(name)
+    if field is None:
+        return None
+    annotation = field.annotation
+    kinds = set(getattr(annotation, "__args__", ())) or {annotation}
+    if int in kinds and bool not in kinds:
+        kind = "whole numbers"
+    elif float in kinds:
+        kind = "numbers"
+    else:
+        return None
+    bounds = []
+    for meta in field.metadata:
+        for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            bound = getattr(meta, attr, None)
+            if bound is not None:
+                bounds.append(f"{symbol} {bound}")
+    return kind + (" " + " and ".join(bounds) if bounds else "")
+
+
 def _describe(error: dict) -> str:
-    name = ".".join(str(part) for part in error.get("loc", ())) or "settings"
+    loc = error.get("loc", ())
+    message = error.get("msg", "invalid").removeprefix("Value error, ")
+    if not loc:  # a model-level check: its message names the variables involved
+        return message
+    name = ".".join(str(part) for part in loc)
     value = error.get("input")
     ctx = error.get("ctx") or {}
     accepted = ctx.get("expected")
-    message = error.get("msg", "invalid")
+    if not accepted and error.get("type", "").startswith("bool"):
+        accepted = _BOOL_ACCEPTED
+    if not accepted and error.get("type") in (
+        "greater_than", "greater_than_equal", "less_than", "less_than_equal", "int_parsing", "int_from_float",
+        "float_parsing", "int_type", "float_type", "finite_number",
+    ):
+        accepted = _numeric_accepted(name)
     if accepted:
         return f"{name}={value!r} is invalid: accepted values are {accepted}"
     return f"{name}={value!r} is invalid: {message}"

@@ -26,9 +26,9 @@ class RunningLlama:
     process: EmbeddedServerProcess
 
 
-def start_embedded(tmp_dir, overrides: dict, *, wait: bool = True) -> EmbeddedServerProcess:
+def start_embedded(tmp_dir, overrides: dict, *, wait: bool = True, port: int | None = None) -> EmbeddedServerProcess:
     """Start a real embedded server in a subprocess, isolated from any developer .env file."""
-    port = free_port()
+    port = port or free_port()
     process = EmbeddedServerProcess(
         overrides, port=port, log_path=tmp_dir / f"llama-server-{port}.log", env_file=os.devnull
     )

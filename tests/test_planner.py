@@ -277,6 +277,7 @@ _SERVER_SCRIPT = textwrap.dedent(
     p.flash_attn_type = x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_ENABLED
     p.cpuparams.n_threads = 2
     p.hostnames = ["127.0.0.1"]; p.port = 0; p.warmup = False
+    p.fit_params = False  # no trial context: the sizes logged are the real allocation
     p.verbosity = 4  # the llama_kv_cache size line is logged at this level
     server = x.Server(p)
     del server

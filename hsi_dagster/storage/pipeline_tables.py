@@ -14,10 +14,21 @@ def _now() -> datetime:
 
 
 def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
-    """INSERT OR REPLACE keyed by the table's primary key (batch_id): re-running a step never duplicates."""
-    columns = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
-    conn.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ({marks})", list(row.values()))
+    """INSERT OR REPLACE keyed by the table's primary key (batch_id): re-running a step never duplicates.
+
+    Every column of the table is written (those not in `row` get their default): DuckDB's INSERT OR REPLACE only
+    updates the columns it names, so a re-run must not leave e.g. the `error` of an earlier failed attempt behind.
+    """
+    table_columns = [name for (name,) in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = current_schema()"
+        " ORDER BY ordinal_position", [table]).fetchall()]
+    unknown = set(row) - set(table_columns)
+    if unknown:
+        raise ValueError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
+    columns = ", ".join(table_columns)
+    marks = ", ".join("?" if name in row else "DEFAULT" for name in table_columns)
+    values = [row[name] for name in table_columns if name in row]
+    conn.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES ({marks})", values)
 
 
 def save_context(conn, batch_id: str, context_json: str, quality_level: str, missing: list[str]) -> None:

