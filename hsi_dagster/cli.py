@@ -115,9 +115,21 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_llm_calibrate(args: argparse.Namespace) -> int:
-    from hsi_dagster.calibration import run_calibration_cli
+    """cl100k estimates vs the served model's exact counts (/apply-template + /tokenize) over generated prompts."""
+    from hsi_dagster.calibration import RATIO_HEADROOM, calibrate, calibration_prompts
+    from hsi_dagster.core.budget import TokenCounter
+    from hsi_dagster.llm.client import LlamaClient
 
-    return run_calibration_cli(_settings(args), samples=args.samples)
+    settings = _settings(args)
+    with LlamaClient(settings.llm_urls[0], api_key=settings.api_key, startup_timeout=30) as client:
+        client.wait_until_ready()
+        report = calibrate(client.count_prompt_tokens, calibration_prompts(args.samples), TokenCounter())
+    suggested = round(report.max_ratio * RATIO_HEADROOM + 0.005, 2)
+    print(f"{len(report.rows)} prompts: served tokens / cl100k estimate: median {report.median_ratio:.3f}, "
+          f"max {report.max_ratio:.3f}")
+    print(f"set PROMPT_TOKEN_RATIO={suggested} in .env (max ratio + {RATIO_HEADROOM - 1:.0%} headroom); "
+          f"now {settings.PROMPT_TOKEN_RATIO}")
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

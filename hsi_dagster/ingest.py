@@ -204,9 +204,10 @@ def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
 
 def _keys_ok(keys: str, allowed: Sequence[str]) -> str:
     """Keys present (an empty list means not an object, or an empty one: left to Python), none outside
-    `allowed`, none twice (Python refuses duplicates; DuckDB would read the first)."""
+    `allowed` and none twice (Python refuses duplicates; DuckDB would read the first): the allowed names found
+    among the keys are exactly as many as the keys."""
     allowed_list = "[" + ", ".join(_lit(k) for k in allowed) + "]"
-    return f"coalesce(len({keys}) > 0 AND list_has_all({allowed_list}, {keys}) AND len({keys}) = len(list_distinct({keys})), false)"
+    return f"coalesce(len({keys}) > 0 AND len({keys}) = len(list_filter({allowed_list}, lambda a: list_contains({keys}, a))), false)"
 
 
 def _printable(x: str, limit: int) -> str:
@@ -279,13 +280,9 @@ def _enrichment_sql(e: str) -> _EnrichmentSql:
     return _EnrichmentSql(columns, conds)
 
 
-def build_check_sql(relation: str) -> str:
-    """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
-    the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
-    as_json = "{" + ", ".join(f'"{name}": "JSON"' for name in TOP_LEVEL_FIELDS) + "}"
-    as_values = '{"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "track_id": "VARCHAR", "zone": "VARCHAR"}'
-    enrichment = _enrichment_sql("e")
-    checks = [
+def _top_checks() -> list[str]:
+    """Conditions on the columns of the `typed` stage (all must hold)."""
+    return [
         "j IS NOT NULL",
         _keys_ok("top_keys", TOP_LEVEL_FIELDS),
         f"{_is_string('j.detection_id')} AND {_printable('val.detection_id', MAX_DETECTION_ID_CHARS)}",
@@ -298,6 +295,15 @@ def build_check_sql(relation: str) -> str:
         f"({_is_null('j.track_id')} OR ({_is_string('j.track_id')} AND {_printable('val.track_id', MAX_TAG_CHARS)}))",
         f"({_is_null('j.zone')} OR ({_is_string('j.zone')} AND {_printable('val.zone', MAX_TAG_CHARS)}))",
     ]
+
+
+def build_check_sql(relation: str) -> str:
+    """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
+    the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
+    as_json = "{" + ", ".join(f'"{name}": "JSON"' for name in TOP_LEVEL_FIELDS) + "}"
+    as_values = '{"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "track_id": "VARCHAR", "zone": "VARCHAR"}'
+    enrichment = _enrichment_sql("e")
+    checks = _top_checks()
     top_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
     enrichment_ok = " AND ".join(f"coalesce({c}, false)" for c in enrichment.conditions)
     en_columns = "".join(
@@ -306,7 +312,9 @@ def build_check_sql(relation: str) -> str:
     )
     return f"""
 WITH raw AS (
-    SELECT line_no, line, trim(line, ' \t\r\n') = '' AS blank FROM {relation}
+    SELECT line_no, line,
+        CASE WHEN starts_with(line, '{{') THEN false ELSE regexp_full_match(line, '[ \t\r\n]*') END AS blank
+    FROM {relation}
 ), parsed AS (
     SELECT line_no, line, blank, contains(line, '\\') AS has_escape,
         CASE WHEN NOT blank AND strlen(line) <= {MAX_LINE_BYTES}

@@ -18,7 +18,7 @@ def build_report(conn, batch_ids: list[str], *, top: int = 2) -> str:
         return "no closed batches to report"
     conn.execute("CREATE OR REPLACE TEMP TABLE report_ids AS SELECT unnest(?::VARCHAR[]) AS batch_id", [batch_ids])
     rows = conn.execute(
-        """SELECT b.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
+        """SELECT i.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
                   r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed
            FROM report_ids i LEFT JOIN detection_batches b USING (batch_id) LEFT JOIN risk_assessments r USING (batch_id)
            ORDER BY b.camera_id, b.started_at"""

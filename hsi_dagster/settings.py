@@ -75,7 +75,11 @@ class HsiSettings(BaseSettings):
     ENRICHMENT_GATEWAY_URL: str = "http://127.0.0.1:8092"
     CLIP_NOISE_THRESHOLD: float = Field(0.20, ge=0, le=1)
     CAMERA_CONTEXT_PATH: str | None = Field(None, description="YAML/JSON file: what is normal at each camera.")
-    PROMPT_SAFETY_MARGIN_TOKENS: int = Field(512, ge=0)
+    PROMPT_SAFETY_MARGIN_TOKENS: int = Field(256, ge=0, description="Slot tokens kept free besides the output.")
+    PROMPT_TOKEN_RATIO: float = Field(
+        1.22, ge=0.5, le=3.0,
+        description="Served-model tokens per cl100k token, worst case (from `hsi llm calibrate`); scales the estimates.",
+    )
 
     # --- batching (contract section 2) ---
     BATCH_WINDOW_SECONDS: float = Field(90.0, gt=0)

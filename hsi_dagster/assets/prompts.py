@@ -45,8 +45,10 @@ def budgeted_prompts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
     live_slot = llm.live_slot_context()
     slot_context, source = (live_slot, "server /props per-slot n_ctx") if live_slot else (
         settings.slot_context, "settings CTX_SIZE / PARALLEL")
+    # The budget is in tokens of the served model; cl100k estimates are scaled by the calibrated ratio to fit it.
     budget = prompt_budget(slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS)
-    fitted = fit_to_budget(build_sections(enriched), camera_profile_text(enriched.camera_profile), budget,
+    estimate_budget = int(budget / settings.PROMPT_TOKEN_RATIO)
+    fitted = fit_to_budget(build_sections(enriched), camera_profile_text(enriched.camera_profile), estimate_budget,
                            token_counter(), batch_id=context.partition_key)
     if fitted.warning:
         context.log.warning(fitted.warning)
@@ -63,6 +65,8 @@ def budgeted_prompts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
             "prompt_tokens_estimate": fitted.tokens_after,
             "tokens_before_budgeting": fitted.tokens_before,
             "context_budget": budget,
+            "estimate_budget_cl100k": estimate_budget,
+            "prompt_token_ratio": settings.PROMPT_TOKEN_RATIO,
             "budget_source": source,
             "slot_context": slot_context,
             "context_utilization": round(fitted.utilization, 4),

@@ -425,6 +425,10 @@ class LlamaClient:
 
     def count_prompt_tokens(self, messages: list[dict]) -> int:
         """Exact prompt tokens for the served model: /apply-template (the text it sees), then /tokenize."""
+        return len(self.prompt_token_ids(messages))
+
+    def prompt_token_ids(self, messages: list[dict]) -> list[int]:
+        """The token ids the served model evaluates for `messages` (chat template applied), without inference."""
         kwargs = {"enable_thinking": False}
         where = f"POST {self._url('/apply-template')}"
         templated = self._json(
@@ -444,7 +448,7 @@ class LlamaClient:
         tokens = tokenized.get("tokens") if isinstance(tokenized, dict) else None
         if not isinstance(tokens, list):
             raise LlamaServerError(f"{where} returned no tokens")
-        return len(tokens)
+        return tokens
 
     def verify_schema_enforcement(self) -> None:
         """Ask for a JSON object whose only field is a random constant the prompt never mentions.
