@@ -61,8 +61,8 @@ from hsi_dagster.core.detections import (
 )
 from hsi_dagster.storage.db import connect
 
-CHUNK_LINES = 100_000
-CHUNK_BYTES = 48 << 20
+CHUNK_LINES = 256_000
+CHUNK_BYTES = 160 << 20
 READ_BLOCK_BYTES = 4 << 20
 
 
@@ -170,6 +170,15 @@ def _number(x: str) -> str:
 
 def _is_string(x: str) -> str:
     return f"starts_with({_txt(x)}, '\"')"
+
+
+def _decoded(x: str) -> str:
+    """The value of a JSON string text: the text between the quotes when the line has no backslash (so no
+    escapes), else decoded by the JSON reader."""
+    return (
+        f"CASE WHEN NOT {_is_string(x)} THEN NULL WHEN has_escape THEN json_extract_string({x}, '$') "
+        f"ELSE ({_txt(x)})[2:-2] END"
+    )
 
 
 def _bbox_ok(x: str) -> str:
@@ -285,15 +294,15 @@ def _top_checks() -> list[str]:
     return [
         "j IS NOT NULL",
         _keys_ok("top_keys", TOP_LEVEL_FIELDS),
-        f"{_is_string('j.detection_id')} AND {_printable('val.detection_id', MAX_DETECTION_ID_CHARS)}",
-        f"{_is_string('j.camera_id')} AND regexp_full_match(val.camera_id, {_lit(CAMERA_ID_PATTERN)})",
-        f"{_is_string('j.ts')} AND regexp_full_match(val.ts, {_lit(TS_PATTERN)})",
+        f"{_is_string('j.detection_id')} AND {_printable('v_detection_id', MAX_DETECTION_ID_CHARS)}",
+        f"{_is_string('j.camera_id')} AND regexp_full_match(v_camera_id, {_lit(CAMERA_ID_PATTERN)})",
+        f"{_is_string('j.ts')} AND regexp_full_match(v_ts, {_lit(TS_PATTERN)})",
         f"ts >= TIMESTAMPTZ '{TS_MIN.isoformat()}' AND ts < TIMESTAMPTZ '{TS_MAX.isoformat()}'",
-        f"{_is_string('j.label')} AND {_printable('val.label', MAX_LABEL_CHARS)}",
+        f"{_is_string('j.label')} AND {_printable('v_label', MAX_LABEL_CHARS)}",
         f"NOT {_is_string('j.confidence')} AND confidence BETWEEN 0 AND 1",
         f"({_is_null('j.bbox')} OR {_bbox_ok('j.bbox')})",
-        f"({_is_null('j.track_id')} OR ({_is_string('j.track_id')} AND {_printable('val.track_id', MAX_TAG_CHARS)}))",
-        f"({_is_null('j.zone')} OR ({_is_string('j.zone')} AND {_printable('val.zone', MAX_TAG_CHARS)}))",
+        f"({_is_null('j.track_id')} OR ({_is_string('j.track_id')} AND {_printable('v_track_id', MAX_TAG_CHARS)}))",
+        f"({_is_null('j.zone')} OR ({_is_string('j.zone')} AND {_printable('v_zone', MAX_TAG_CHARS)}))",
     ]
 
 
@@ -301,7 +310,6 @@ def build_check_sql(relation: str) -> str:
     """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
     the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
     as_json = "{" + ", ".join(f'"{name}": "JSON"' for name in TOP_LEVEL_FIELDS) + "}"
-    as_values = '{"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "track_id": "VARCHAR", "zone": "VARCHAR"}'
     enrichment = _enrichment_sql("e")
     checks = _top_checks()
     top_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
@@ -324,12 +332,17 @@ WITH raw AS (
 ), values AS (
     SELECT *,
         CASE WHEN j IS NOT NULL THEN json_keys(line) END AS top_keys,
-        CASE WHEN j IS NOT NULL THEN from_json(line, {_lit(as_values)}) END AS val,
+        {_decoded('j.detection_id')} AS v_detection_id,
+        {_decoded('j.camera_id')} AS v_camera_id,
+        {_decoded('j.ts')} AS v_ts,
+        {_decoded('j.label')} AS v_label,
+        {_decoded('j.track_id')} AS v_track_id,
+        {_decoded('j.zone')} AS v_zone,
         {_number('j.confidence')} AS confidence,
         CASE WHEN NOT {_is_null('j.enrichment')} THEN {_txt('j.enrichment')} END AS e
     FROM parsed
 ), typed AS (
-    SELECT *, TRY_CAST(upper(val.ts) AS TIMESTAMPTZ) AS ts FROM values
+    SELECT *, TRY_CAST(upper(v_ts) AS TIMESTAMPTZ) AS ts FROM values
 ), top_checked AS (
     SELECT *, {top_ok} AS top_ok FROM typed
 ), enriched AS (
@@ -339,15 +352,15 @@ WITH raw AS (
 )
 SELECT line_no, blank, ok,
     CASE WHEN NOT ok AND NOT blank THEN line END AS line,
-    CASE WHEN ok THEN val.detection_id END AS detection_id,
-    CASE WHEN ok THEN val.camera_id END AS camera_id,
+    CASE WHEN ok THEN v_detection_id END AS detection_id,
+    CASE WHEN ok THEN v_camera_id END AS camera_id,
     CASE WHEN ok THEN ts END AS ts,
-    CASE WHEN ok THEN val.label END AS label,
+    CASE WHEN ok THEN v_label END AS label,
     CASE WHEN ok THEN confidence END AS confidence,
     CASE WHEN ok AND NOT {_is_null('j.bbox')} THEN TRY_CAST({_txt('j.bbox')} AS DOUBLE[]) END AS bbox,
-    CASE WHEN ok THEN val.track_id END AS track_id,
-    CASE WHEN ok THEN val.zone END AS zone,
-    CASE WHEN ok THEN e END AS enrichment
+    CASE WHEN ok THEN v_track_id END AS track_id,
+    CASE WHEN ok THEN v_zone END AS zone,
+    CASE WHEN ok AND e IS NOT NULL THEN j.enrichment END AS enrichment
 FROM checked
 """
 
@@ -370,7 +383,7 @@ ON CONFLICT DO NOTHING
 
 _PY_ROWS = """
 SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, confidence,
-       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, enrichment FROM _hsi_py_rows
+       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, CAST(enrichment AS JSON) AS enrichment FROM _hsi_py_rows
 """
 
 

@@ -194,7 +194,7 @@ class _HeaderReader:
         self.endian = "<"
 
     def _unpack(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
+        size = struct.calcsize(self.endian + fmt)
         data = self.handle.read(size)
         if len(data) != size:
             raise ValueError(f"{self.path}: truncated GGUF header")
@@ -215,7 +215,7 @@ class _HeaderReader:
             count = self._unpack("Q")
             if item_type in _SCALAR_FORMATS and item_type != gguf.GGUFValueType.BOOL:
                 fmt = _SCALAR_FORMATS[gguf.GGUFValueType(item_type)]
-                raw = self.handle.read(count * struct.calcsize(fmt))
+                raw = self.handle.read(count * struct.calcsize(self.endian + fmt))
                 return list(struct.unpack(f"{self.endian}{count}{fmt}", raw)) if keep else _ArrayLength(count)
             items = [self._value(item_type, keep=False) for _ in range(count)]
             return items if keep and item_type != gguf.GGUFValueType.STRING else _ArrayLength(count)
@@ -520,7 +520,11 @@ def _estimate(meta: ModelMetadata, inputs: PlanInputs) -> Plan:
 
 
 def _fmt(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:.2f} GiB" if abs(n_bytes) >= GIB else f"{n_bytes / MIB:.1f} MiB"
+    if abs(n_bytes) >= GIB:
+        return f"{n_bytes / GIB:.2f} GiB"
+    if abs(n_bytes) >= MIB or n_bytes == 0:
+        return f"{n_bytes / MIB:.1f} MiB"
+    return f"{n_bytes / 1024:.2f} KiB"
 
 
 def _suggestions(meta: ModelMetadata, plan: Plan) -> list[str]:
