@@ -15,8 +15,11 @@ arrived. It still lands in a new batch by the usual rules (see batch_store).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
+import queue
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -211,12 +214,22 @@ def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
     return f"coalesce({' OR '.join(options)}, false)"
 
 
-def _keys_ok(keys: str, allowed: Sequence[str]) -> str:
-    """Keys present (an empty list means not an object, or an empty one: left to Python), none outside
-    `allowed` and none twice (Python refuses duplicates; DuckDB would read the first): the allowed names found
-    among the keys are exactly as many as the keys."""
-    allowed_list = "[" + ", ".join(_lit(k) for k in allowed) + "]"
-    return f"coalesce(len({keys}) > 0 AND len({keys}) = len(list_filter({allowed_list}, lambda a: list_contains({keys}, a))), false)"
+def _present(refs: Sequence[str]) -> str:
+    """How many of these struct fields were found (from_json gives NULL for a missing key)."""
+    return " + ".join(f"({ref} IS NOT NULL)::INTEGER" for ref in refs) or "0"
+
+
+def _known_once(keys: str, known: Sequence[str], found: str, *, closed: bool) -> str:
+    """No known key twice (from_json reads only the first copy; Python refuses the duplicate) and, if `closed`,
+    no unknown key and at least one key. The common case is settled by arithmetic (as many keys as known fields
+    found); only the rest (null values, unknown keys, duplicates) pays for the list lambdas."""
+    known_list = "[" + ", ".join(_lit(k) for k in known) + "]"
+    distinct_known = f"len(list_filter({known_list}, lambda a: list_contains({keys}, a)))"
+    if closed:
+        exact = f"len({keys}) = {distinct_known}"
+        return f"(len({keys}) > 0 AND CASE WHEN len({keys}) = {found} THEN true ELSE {exact} END)"
+    known_seen = f"len(list_filter({keys}, lambda k: list_contains({known_list}, k)))"
+    return f"CASE WHEN len({keys}) = {found} THEN true ELSE {known_seen} = {distinct_known} END"
 
 
 def _printable(x: str, limit: int) -> str:
@@ -240,8 +253,10 @@ class _EnrichmentSql:
 
 
 def _enrichment_sql(e: str) -> _EnrichmentSql:
-    """Closed to unknown keys (such lines go to Python, which keeps them). `e` is the enrichment's JSON text."""
-    objects: list[tuple[str, str, Obj]] = []  # (json path, struct path, spec)
+    """`e` is the enrichment's JSON text. One struct parse gives every known leaf; json_keys gives the key lists
+    that expose duplicates and non-objects. Unknown keys at the top are kept (like Python); unknown fields inside
+    known objects, empty or null known objects go to Python (rare, and Python has the final word)."""
+    objects: list[tuple[str, str, Obj]] = []  # (json path, struct reference, spec)
     lists: list[tuple[str, str, ListOf]] = []
     leaves: list[tuple[str, Leaf]] = []
 
@@ -258,33 +273,37 @@ def _enrichment_sql(e: str) -> _EnrichmentSql:
     for key, spec in ENRICHMENT_SPEC.items():
         walk(f"$.{key}", f"en.{key}", spec)
     structure = "{" + ", ".join(f'"{k}": {_structure(s)}' for k, s in ENRICHMENT_SPEC.items()) + "}"
-    containers = [p for p, _, _ in objects] + [p for p, _, _ in lists]
+    key_paths = ["$"] + [p for p, _, _ in objects] + [p for p, _, _ in lists]
+    slot = {path: i for i, path in enumerate(key_paths, start=1)}  # en_keys[slot]: NULL when the path is missing
     columns = [
         f"from_json({e}, {_lit(structure)}) AS en",
-        f"json_type({e}, [{', '.join(_lit(p) for p in containers)}]) AS en_types",
-        f"json_keys({e}, ['$', {', '.join(_lit(p) for p, _, _ in objects)}]) AS en_keys",
+        f"json_keys({e}, [{', '.join(_lit(p) for p in key_paths)}]) AS en_keys",
     ]
+    top_found = _present([f"en_keys[{slot[f'$.{k}']}]" for k in ENRICHMENT_SPEC])
     conds = [
         f"starts_with({e}, '{{')",
         f"strlen({e}) <= {MAX_ENRICHMENT_BYTES // 2}",
-        _keys_ok("en_keys[1]", list(ENRICHMENT_SPEC)),
+        _known_once("en_keys[1]", list(ENRICHMENT_SPEC), top_found, closed=False),
     ]
-    for i, (path, _, spec) in enumerate(objects, start=1):
-        present = f"en_types[{i}] = 'OBJECT'"
-        conds.append(f"(en_types[{i}] IS NULL OR ({present} AND {_keys_ok(f'en_keys[{i + 1}]', list(spec.fields))}))")
+    for path, ref, spec in objects:
+        keys = f"en_keys[{slot[path]}]"
+        found = _present([f"{ref}.{name}" for name in spec.fields])
+        conds.append(f"({keys} IS NULL OR {_known_once(keys, list(spec.fields), found, closed=True)})")
     for ref, leaf in leaves:
         conds.append(_leaf_ok(ref, leaf.kinds))
     for k, (path, ref, spec) in enumerate(lists):
         item = spec.item
         if not isinstance(item, Obj) or not all(isinstance(s, Leaf) for s in item.fields.values()):  # pragma: no cover
             raise ValueError(f"SQL fast path supports lists of flat objects only ({path})")
-        i = len(objects) + k + 1
-        columns.append(f"CASE WHEN en_types[{i}] = 'ARRAY' THEN json_keys({e}, {_lit(path + '[*]')}) END AS en_items{k}")
-        leaf_checks = " AND ".join(_leaf_ok(f"it.{name}", leaf.kinds) for name, leaf in item.fields.items())  # type: ignore[union-attr]
+        here = f"en_keys[{slot[path]}]"
+        columns.append(f"json_keys({e}, {_lit(path + '[*]')}) AS en_items{k}")
+        # Zip keys and values per item: a lambda that referred to an outer column would copy it per element.
+        found = _present([f"p[2].{name}" for name in item.fields])
+        item_checks = [_known_once("p[1]", list(item.fields), found, closed=True)]
+        item_checks += [_leaf_ok(f"p[2].{name}", leaf.kinds) for name, leaf in item.fields.items()]  # type: ignore[union-attr]
         conds.append(
-            f"(en_types[{i}] IS NULL OR (en_types[{i}] = 'ARRAY' AND len({ref}) = len(en_items{k}) AND len({ref}) <= {MAX_LIST_ITEMS} "
-            f"AND coalesce(list_bool_and(list_transform(en_items{k}, lambda ks: {_keys_ok('ks', list(item.fields))})), true) "
-            f"AND coalesce(list_bool_and(list_transform({ref}, lambda it: {leaf_checks})), true)))"
+            f"({here} IS NULL OR ({ref} IS NOT NULL AND len({ref}) = len(en_items{k}) AND len({ref}) <= {MAX_LIST_ITEMS} "
+            f"AND coalesce(list_bool_and(list_transform(list_zip(en_items{k}, {ref}), lambda p: {' AND '.join(item_checks)})), true)))"
         )
     return _EnrichmentSql(columns, conds)
 
@@ -293,7 +312,7 @@ def _top_checks() -> list[str]:
     """Conditions on the columns of the `typed` stage (all must hold)."""
     return [
         "j IS NOT NULL",
-        _keys_ok("top_keys", TOP_LEVEL_FIELDS),
+        _known_once("top_keys", TOP_LEVEL_FIELDS, _present([f"j.{name}" for name in TOP_LEVEL_FIELDS]), closed=False),
         f"{_is_string('j.detection_id')} AND {_printable('v_detection_id', MAX_DETECTION_ID_CHARS)}",
         f"{_is_string('j.camera_id')} AND regexp_full_match(v_camera_id, {_lit(CAMERA_ID_PATTERN)})",
         f"{_is_string('j.ts')} AND regexp_full_match(v_ts, {_lit(TS_PATTERN)})",
@@ -314,10 +333,7 @@ def build_check_sql(relation: str) -> str:
     checks = _top_checks()
     top_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
     enrichment_ok = " AND ".join(f"coalesce({c}, false)" for c in enrichment.conditions)
-    en_columns = "".join(
-        f",\n        CASE WHEN e IS NOT NULL THEN {col.rsplit(' AS ', 1)[0]} END AS {col.rsplit(' AS ', 1)[1]}"
-        for col in enrichment.columns
-    )
+    en_columns = "".join(f",\n        {col}" for col in enrichment.columns)
     return f"""
 WITH raw AS (
     SELECT line_no, line,
@@ -327,11 +343,13 @@ WITH raw AS (
     SELECT line_no, line, blank, contains(line, '\\') AS has_escape,
         CASE WHEN NOT blank AND strlen(line) <= {MAX_LINE_BYTES}
                   AND NOT regexp_matches(line, ',[ \\t\\r\\n]*[\\]}}]') AND json_valid(line) AND starts_with(ltrim(line), '{{')
-             THEN from_json(line, {_lit(as_json)}) END AS j
+             THEN line END AS object_line
     FROM raw
+), json_parsed AS (
+    -- No CASE around nested values: CASE copies structs and lists; the JSON functions return NULL for NULL.
+    SELECT *, from_json(object_line, {_lit(as_json)}) AS j, json_keys(object_line) AS top_keys FROM parsed
 ), values AS (
     SELECT *,
-        CASE WHEN j IS NOT NULL THEN json_keys(line) END AS top_keys,
         {_decoded('j.detection_id')} AS v_detection_id,
         {_decoded('j.camera_id')} AS v_camera_id,
         {_decoded('j.ts')} AS v_ts,
@@ -340,7 +358,7 @@ WITH raw AS (
         {_decoded('j.zone')} AS v_zone,
         {_number('j.confidence')} AS confidence,
         CASE WHEN NOT {_is_null('j.enrichment')} THEN {_txt('j.enrichment')} END AS e
-    FROM parsed
+    FROM json_parsed
 ), typed AS (
     SELECT *, TRY_CAST(upper(v_ts) AS TIMESTAMPTZ) AS ts FROM values
 ), top_checked AS (
@@ -351,16 +369,12 @@ WITH raw AS (
     SELECT *, top_ok AND (e IS NULL OR CASE WHEN e IS NULL THEN true ELSE {enrichment_ok} END) AS ok FROM enriched
 )
 SELECT line_no, blank, ok,
+    -- The values of refused rows are never read (the insert takes ok rows only), so no CASE on them.
     CASE WHEN NOT ok AND NOT blank THEN line END AS line,
-    CASE WHEN ok THEN v_detection_id END AS detection_id,
-    CASE WHEN ok THEN v_camera_id END AS camera_id,
-    CASE WHEN ok THEN ts END AS ts,
-    CASE WHEN ok THEN v_label END AS label,
-    CASE WHEN ok THEN confidence END AS confidence,
-    CASE WHEN ok AND NOT {_is_null('j.bbox')} THEN TRY_CAST({_txt('j.bbox')} AS DOUBLE[]) END AS bbox,
-    CASE WHEN ok THEN v_track_id END AS track_id,
-    CASE WHEN ok THEN v_zone END AS zone,
-    CASE WHEN ok AND e IS NOT NULL THEN j.enrichment END AS enrichment
+    v_detection_id AS detection_id, v_camera_id AS camera_id, ts, v_label AS label, confidence,
+    TRY_CAST(CASE WHEN NOT {_is_null('j.bbox')} THEN {_txt('j.bbox')} END AS DOUBLE[]) AS bbox,
+    v_track_id AS track_id, v_zone AS zone,
+    CASE WHEN e IS NOT NULL THEN j.enrichment END AS enrichment
 FROM checked
 """
 
@@ -377,9 +391,11 @@ LEFT JOIN (
     SELECT camera_id, max(closes_at) AS processed_until FROM detection_batches
     WHERE close_reason <> 'fast_path' GROUP BY camera_id
 ) p ON p.camera_id = r.camera_id
-QUALIFY row_number() OVER (PARTITION BY r.detection_id ORDER BY r.line_no) = 1
-ON CONFLICT DO NOTHING
+{dedupe}
+{conflict}
 """
+_DEDUPE = "QUALIFY row_number() OVER (PARTITION BY r.detection_id ORDER BY r.line_no) = 1"
+_ON_CONFLICT = "ON CONFLICT DO NOTHING"
 
 _PY_ROWS = """
 SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, confidence,
@@ -396,6 +412,7 @@ class _Loader:
         self.report = FileReport(source)
         self.params = {"source": source, "received_at": received_at}
         self._pending_rejects: list[Rejection] = []
+        self.on_conflict = False  # switched on at the first chunk that re-sends known detection_ids
 
     def reject_now(self, rejection: Rejection) -> None:
         """A line refused before SQL (undecodable, over-long); written with the next chunk."""
@@ -403,50 +420,67 @@ class _Loader:
         self.report.lines += 1
 
     def load_chunk(self, line_nos: np.ndarray, lines: np.ndarray) -> None:
+        """Check a chunk in SQL (into a temp table: no WAL), then insert it in one transaction."""
         conn = self.conn
         self.report.lines += len(lines)
         conn.register("_hsi_chunk", {"line_no": line_nos, "line": lines})
-        conn.execute("BEGIN TRANSACTION")
         try:
             conn.execute(f"CREATE OR REPLACE TEMP TABLE _hsi_checked AS {_CHECK_SQL}")
-            valid, blank = conn.execute(
-                "SELECT count(*) FILTER (WHERE ok), count(*) FILTER (WHERE blank) FROM _hsi_checked"
+        finally:
+            conn.unregister("_hsi_chunk")
+        try:
+            valid, blank, distinct = conn.execute(
+                "SELECT count(*) FILTER (WHERE ok), count(*) FILTER (WHERE blank), "
+                "count(DISTINCT detection_id) FILTER (WHERE ok) FROM _hsi_checked"
             ).fetchone()  # type: ignore[misc]
-            inserted = self._insert("SELECT * FROM _hsi_checked WHERE ok")
             refused = conn.execute(
                 "SELECT line_no, line FROM _hsi_checked WHERE NOT ok AND NOT blank ORDER BY line_no"
             ).fetchall()
-            conn.execute("DROP TABLE _hsi_checked")
-            self.report.blank_lines += blank
-            self.report.loaded += inserted
-            self.report.duplicates += valid - inserted
-            self._settle(refused)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            rows = "SELECT * FROM _hsi_checked WHERE ok"
+            inserted = self._transaction(lambda: self._insert(rows, dedupe=distinct < valid), refused)
         finally:
-            conn.unregister("_hsi_chunk")
+            conn.execute("DROP TABLE IF EXISTS _hsi_checked")
+        self.report.blank_lines += blank
+        self.report.loaded += inserted
+        self.report.duplicates += valid - inserted
 
     def flush_rejects(self) -> None:
         if self._pending_rejects:
-            self.conn.execute("BEGIN TRANSACTION")
-            try:
-                self._settle([])
-                self.conn.execute("COMMIT")
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
+            self._transaction(lambda: 0, [])
 
-    def _insert(self, rows_sql: str) -> int:
-        row = self.conn.execute(_INSERT_SQL.format(rows=rows_sql), self.params).fetchone()
+    def _transaction(self, insert: Any, refused: list[tuple[int, str]]) -> int:
+        """Insert the checked rows and settle the refused lines in one transaction. The plain insert is tried
+        first (one index probe per row); if a detection_id is already stored it fails, and the chunk is redone
+        with ON CONFLICT DO NOTHING, which the rest of the file then keeps using."""
+        conn = self.conn
+        before = dataclasses.replace(self.report)
+        for attempt in range(2):
+            self.report = dataclasses.replace(before)
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                inserted = insert()
+                self._settle(refused)
+                conn.execute("COMMIT")
+                return inserted
+            except duckdb.ConstraintException:
+                conn.execute("ROLLBACK")
+                if self.on_conflict or attempt:
+                    raise
+                self.on_conflict = True
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _insert(self, rows_sql: str, *, dedupe: bool) -> int:
+        sql = _INSERT_SQL.format(rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else "")
+        row = self.conn.execute(sql, self.params).fetchone()
         return int(row[0]) if row else 0
 
     def _settle(self, refused: list[tuple[int, str]]) -> None:
         """The authoritative validator decides on every line SQL did not accept."""
         rescued: list[tuple[int, Detection]] = []
-        rejects = self._pending_rejects
-        self._pending_rejects = []
+        rejects = list(self._pending_rejects)
         for line_no, line in refused:
             result = validate_record(line, source=self.report.source, line_no=line_no)
             if isinstance(result, Detection):
@@ -457,6 +491,7 @@ class _Loader:
             self._insert_detections(rescued)
         if rejects:
             self._quarantine(rejects)
+        self._pending_rejects = []
 
     def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
         obj = lambda values: np.array(values, dtype=object)  # noqa: E731
@@ -474,7 +509,7 @@ class _Loader:
         }
         self.conn.register("_hsi_py_rows", data)
         try:
-            inserted = self._insert(_PY_ROWS)
+            inserted = self._insert(_PY_ROWS, dedupe=len({d.detection_id for _, d in rows}) < len(rows))
         finally:
             self.conn.unregister("_hsi_py_rows")
         self.report.loaded += inserted
@@ -501,11 +536,14 @@ class _Loader:
 
 
 class _Chunker:
-    """Gathers decoded lines into chunks for `_Loader.load_chunk`."""
+    """Gathers decoded lines into chunks of about `chunk_lines`; hands them, and the lines refused while
+    decoding, to the given callbacks."""
 
-    def __init__(self, loader: _Loader, chunk_lines: int) -> None:
-        self.loader = loader
+    def __init__(self, source: str, chunk_lines: int, on_chunk: Any, on_reject: Any) -> None:
+        self.source = source
         self.chunk_lines = chunk_lines
+        self.on_chunk = on_chunk
+        self.on_reject = on_reject
         self.nos: list[np.ndarray] = []
         self.texts: list[list[str]] = []
         self.count = 0
@@ -520,22 +558,28 @@ class _Chunker:
             self.flush()
 
     def add_raw(self, first_no: int, raw_lines: list[bytes]) -> None:
-        """Lines of a block numbered from `first_no`: decoded at once, or one by one if the block has invalid
-        UTF-8 (those lines are refused right away with the reason)."""
-        try:
-            lines = b"\n".join(raw_lines).decode("utf-8").split("\n")
-            self.add(np.arange(first_no, first_no + len(lines), dtype=np.int64), lines)
-            return
-        except UnicodeDecodeError:
-            pass
-        lines, numbers = [], []
-        for offset, raw in enumerate(raw_lines):
+        """Lines of a block numbered from `first_no`, decoded in as few pieces as possible: a line with invalid
+        UTF-8 is cut out and refused with the reason, the rest of the block still decodes at once."""
+        block = b"\n".join(raw_lines)
+        start, line_no = 0, first_no
+        while start <= len(block):
             try:
-                lines.append(raw.decode("utf-8"))
-                numbers.append(first_no + offset)
-            except UnicodeDecodeError:
-                self.loader.reject_now(validate_record(raw, source=self.loader.report.source, line_no=first_no + offset))  # type: ignore[arg-type]
-        self.add(np.array(numbers, dtype=np.int64), lines)
+                lines = block[start:].decode("utf-8").split("\n")
+            except UnicodeDecodeError as exc:
+                bad = start + exc.start
+                line_start = block.rfind(b"\n", start, bad) + 1 or start
+                line_end = block.find(b"\n", bad)
+                line_end = len(block) if line_end < 0 else line_end
+                if line_start > start:  # the whole lines before the bad one decode (the error is past them)
+                    lines = block[start : line_start - 1].decode("utf-8").split("\n")
+                    self.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
+                    line_no += len(lines)
+                self.on_reject(validate_record(block[line_start:line_end], source=self.source, line_no=line_no))
+                line_no += 1
+                start = line_end + 1
+                continue
+            self.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
+            break
 
     def flush(self) -> None:
         if self.count:
@@ -544,9 +588,7 @@ class _Chunker:
             for part in self.texts:
                 lines[position : position + len(part)] = part
                 position += len(part)
-            self.loader.load_chunk(np.concatenate(self.nos), lines)
-        else:
-            self.loader.flush_rejects()
+            self.on_chunk(np.concatenate(self.nos), lines)
         self.nos, self.texts, self.count, self.size = [], [], 0, 0
 
 
@@ -605,20 +647,78 @@ def _read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list
         yield line_no, [carry]
 
 
+class _Stopped(Exception):
+    """The consumer gave up (an error while loading): the reader thread ends quietly."""
+
+
 def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
-    chunker = _Chunker(loader, chunk_lines)
-    first_block = True
-    for item in _read_blocks(stream, READ_BLOCK_BYTES):
-        if isinstance(item, _LongLine):
-            reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
-            loader.reject_now(Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason))
-            continue
-        line_no, lines = item
-        if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
-            lines[0] = lines[0][3:]  # a UTF-8 byte order mark from Windows tools
-        first_block = False
-        chunker.add_raw(line_no, lines)
-    chunker.flush()
+    """A reader thread cuts and decodes the next chunk while DuckDB (which releases the GIL) loads this one."""
+    items: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple[Any, ...]) -> None:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def produce() -> None:
+        try:
+            chunker = _Chunker(
+                loader.report.source, chunk_lines, lambda nos, lines: put(("chunk", nos, lines)), lambda r: put(("reject", r))
+            )
+            first_block = True
+            for item in _read_blocks(stream, READ_BLOCK_BYTES):
+                if isinstance(item, _LongLine):
+                    reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
+                    put(("reject", Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason)))
+                    continue
+                line_no, lines = item
+                if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
+                    lines[0] = lines[0][3:]  # a UTF-8 byte order mark from Windows tools
+                first_block = False
+                chunker.add_raw(line_no, lines)
+            chunker.flush()
+            put(("end",))
+        except _Stopped:
+            pass
+        except BaseException as exc:  # handed to the consumer, which raises it
+            try:
+                put(("error", exc))
+            except _Stopped:
+                pass
+
+    reader = threading.Thread(target=produce, name="hsi-ingest-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, *rest = items.get()
+            if kind == "chunk":
+                loader.load_chunk(*rest)
+            elif kind == "reject":
+                loader.reject_now(rest[0])
+            elif kind == "error":
+                raise rest[0]
+            else:
+                break
+        loader.flush_rejects()
+    finally:
+        stop.set()
+        reader.join()
+
+
+@contextmanager
+def _unordered(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Let DuckDB build the temp tables in parallel (row order is not needed: every row carries its line_no)."""
+    previous = conn.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]  # type: ignore[index]
+    conn.execute("SET preserve_insertion_order = false")
+    try:
+        yield
+    finally:
+        conn.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
 
 
 def _record_file(conn: duckdb.DuckDBPyConnection, source: str, stat: os.stat_result, report: FileReport, at: datetime) -> None:
@@ -679,7 +779,7 @@ def ingest_files(
     resolved = [Path(p).resolve() for p in paths]
     stats = [_check_readable(p) for p in resolved]
     report = IngestReport()
-    with connect(db_path) as conn:
+    with connect(db_path) as conn, _unordered(conn):
         for path, stat in zip(resolved, stats):
             source = str(path)
             if skip_already_ingested and already_ingested(conn, path, stat.st_size, stat.st_mtime_ns):
@@ -712,7 +812,7 @@ def ingest_lines(
 
     def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
         loader = _Loader(conn, source, datetime.now(timezone.utc))
-        chunker = _Chunker(loader, chunk_lines)
+        chunker = _Chunker(source, chunk_lines, loader.load_chunk, loader.reject_now)
         nos: list[int] = []
         texts: list[str] = []
         for line_no, line in enumerate(lines, start=1):
@@ -739,11 +839,13 @@ def ingest_lines(
         if texts:
             chunker.add(np.array(nos, dtype=np.int64), texts)
         chunker.flush()
+        loader.flush_rejects()
         return loader.report
 
     if isinstance(db, duckdb.DuckDBPyConnection):
-        file_report = run(db)
+        with _unordered(db):
+            file_report = run(db)
     else:
-        with connect(db) as conn:
+        with connect(db) as conn, _unordered(conn):
             file_report = run(conn)
     return IngestReport([file_report], time.perf_counter() - started)

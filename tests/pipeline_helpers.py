@@ -45,10 +45,19 @@ def hours_ago(hours: float) -> datetime:
     return datetime.now(timezone.utc) - timedelta(hours=hours)
 
 
+def test_definitions(res: dict) -> dg.Definitions:
+    """The project's assets, jobs and sensors bound to test resources (temp DuckDB file, test server)."""
+    from hsi_dagster import definitions
+
+    return dg.Definitions(assets=definitions.defs.assets, jobs=definitions.defs.jobs, sensors=definitions.defs.sensors,
+                          schedules=definitions.defs.schedules, resources=res)
+
+
 def sensor_tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, res: dict, cursor: str | None):
     """Evaluate one tick and apply its partition requests to the instance, as the daemon would."""
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, resources=res)
-    result = sensor.evaluate_tick(context)
+    with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=res,
+                                 definitions=test_definitions(res)) as context:
+        result = sensor.evaluate_tick(context)
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return result

@@ -172,14 +172,15 @@ def test_ingest_prints_loaded_and_quarantined_counts(capsys: pytest.CaptureFixtu
 #   garage      g1 00:10 person .50 (not confident: regular), g2 00:45 car (35 s idle gap >= 30: new batch)
 #     -> [g1]          started 00:10, closes min(01:40, 00:40) = 00:40       idle
 #     -> [g2]          started 00:45, closes min(02:15, 01:15) = 01:15       idle
-#   driveway    h1 00:00 car, h2 01:00 car (the window and idle bounds tie at 01:30)
-#     -> [h1 h2]       started 00:00, closes 01:30                           window (tie)
+#   driveway    h1 00:00, h2 00:25, h3 00:50, h4 01:00 (gaps < 30 s; the window and idle bounds tie at 01:30)
+#     -> [h1 h2 h3 h4] started 00:00, closes min(00:00+90, 01:00+30) = 01:30 window (tie)
 DETECTIONS = [
     ("a1", "front_door", "00:00", "car", 0.8), ("a2", "front_door", "00:25", "car", 0.6),
     ("a3", "front_door", "00:40", "person", 0.95), ("a4", "front_door", "00:50", "dog", 0.7),
     ("a5", "front_door", "01:15", "car", 0.9), ("a6", "front_door", "01:35", "car", 0.9),
     ("g1", "garage", "00:10", "person", 0.5), ("g2", "garage", "00:45", "car", 0.8),
-    ("h2", "driveway", "01:00", "car", 0.7), ("h1", "driveway", "00:00", "car", 0.7),  # out of order on purpose
+    ("h4", "driveway", "01:00", "car", 0.7), ("h2", "driveway", "00:25", "car", 0.7),  # out of order on purpose
+    ("h1", "driveway", "00:00", "car", 0.7), ("h3", "driveway", "00:50", "car", 0.7),
 ]
 
 
@@ -196,7 +197,7 @@ def _expected(as_of_open: bool) -> dict[str, dict]:
         ("a6", "front_door", "01:35", "02:05", "open" if as_of_open else "idle", ["a6"]),
         ("g1", "garage", "00:10", "00:40", "idle", ["g1"]),
         ("g2", "garage", "00:45", "01:15", "idle", ["g2"]),
-        ("h1", "driveway", "00:00", "01:30", "window", ["h1", "h2"]),
+        ("h1", "driveway", "00:00", "01:30", "window", ["h1", "h2", "h3", "h4"]),
     ]
     return {first: {"camera_id": camera, "started_at": _t(start), "closes_at": _t(closes), "close_reason": reason,
                     "detection_ids": ids} for first, camera, start, closes, reason, ids in rows}
@@ -204,14 +205,13 @@ def _expected(as_of_open: bool) -> dict[str, dict]:
 
 @pytest.fixture
 def ingested(capsys: pytest.CaptureFixture, tmp_path: Path) -> Path:
-    pytest.importorskip("hsi_dagster.batch_store", reason="hsi_dagster/batch_store.py is not written yet")
     source = tmp_path / "windows.jsonl"
     source.write_text("".join(
         _record(did, cam, f"2026-12-01T02:{mm_ss}Z", label, conf) + "\n" for did, cam, mm_ss, label, conf in DETECTIONS
     ), encoding="utf-8")
     code, out, err = run(capsys, "ingest", str(source))
     assert code == 0, err
-    assert out.splitlines()[0].endswith("10 lines, 10 loaded, 0 duplicates skipped, 0 quarantined")
+    assert out.splitlines()[0].endswith("12 lines, 12 loaded, 0 duplicates skipped, 0 quarantined")
     return source
 
 
@@ -267,4 +267,43 @@ def test_batches_text_listing(capsys: pytest.CaptureFixture, ingested: Path) -> 
     lines = out.splitlines()
     assert lines[-1] == "6 batches as of 2026-12-01T02:01:50+00:00"
     assert sum("  open " in line for line in lines) == 1
-    assert sum("4 detections" in line for line in lines) == 1
+    assert sum("4 detections" in line for line in lines) == 2  # front_door's first batch and driveway's
+
+
+def test_batches_as_of_an_earlier_time_ignores_later_detections(capsys: pytest.CaptureFixture, ingested: Path) -> None:
+    """As of 02:01:20 a6 (01:35) has not happened: front_door's first batch is still open (closes 01:30), and so is
+    driveway's; garage's second batch closed at 01:15."""
+    rows = {row["detection_ids"][0]: (row["detection_ids"], row["close_reason"])
+            for row in _listing(capsys, "2026-12-01T02:01:20Z")}
+    assert rows == {
+        "a1": (["a1", "a2", "a4", "a5"], "open"),
+        "a3": (["a3"], "fast_path"),
+        "g1": (["g1"], "idle"),
+        "g2": (["g2"], "idle"),
+        "h1": (["h1", "h2", "h3", "h4"], "open"),
+    }
+    # exactly at closes_at the batch is closed (T >= closes_at)
+    rows = {row["detection_ids"][0]: row["close_reason"] for row in _listing(capsys, "2026-12-01T02:01:30Z")}
+    assert rows["a1"] == "window" and rows["h1"] == "window"
+
+
+def test_recorded_batches_are_listed_like_computed_ones(capsys: pytest.CaptureFixture, ingested: Path,
+                                                        isolated: Path) -> None:
+    from hsi_dagster.batch_store import record_batch
+    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.storage.db import connect
+
+    as_of = "2026-12-01T02:01:50Z"
+    before = _listing(capsys, as_of)
+    closed = [row["batch_id"] for row in before if row["close_reason"] != "open"]
+    assert len(closed) == 5
+    with connect(isolated) as conn:
+        for batch_id in closed:
+            record_batch(conn, batch_id, BatchRules(), datetime.fromisoformat(as_of.replace("Z", "+00:00")))
+        assert conn.execute("SELECT count(*) FROM detection_batches").fetchone()[0] == 5
+    contract = ("batch_id", "camera_id", "started_at", "closes_at", "close_reason", "detection_ids")
+
+    def project(rows: list[dict]) -> list[dict]:
+        return [{key: row[key] for key in contract} for row in rows]
+
+    assert project(_listing(capsys, as_of)) == project(before)

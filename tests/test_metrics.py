@@ -17,7 +17,7 @@ T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
 # (batch_id, camera_id, status, risk_level, prompt_tokens, cached_tokens, context_utilization, assessed_at offset s)
 ROWS = [
     ("b1", "front_door", "ok", "low", 1000, 0, 0.30, 0),
-    ("b3", "front_door", "ok", "high", 3000, 1500, 0.8125, 120),  # latest measured front_door value
+    ("b3", "front_door", "ok", "high", 3000, 1500, 0.3125, 120),  # latest measured front_door value (not the max)
     ("b2", "front_door", "ok", "low", 2000, 1000, 0.55, 60),  # inserted after b3 but older
     ("b4", "front_door", "invalid_output", None, None, None, None, 180),  # newest, but nothing measured
     ("b5", "garage", "ok", "low", 1500, 500, 0.42, 30),
@@ -50,7 +50,7 @@ def test_latest_context_utilization_per_camera(tmp_path: Path) -> None:
     path = tmp_path / "hsi.duckdb"
     _write(path)
     text = generate_latest(duckdb_registry(str(path))).decode()
-    assert 'hsi_context_utilization_ratio{camera_id="front_door"} 0.8125\n' in text
+    assert 'hsi_context_utilization_ratio{camera_id="front_door"} 0.3125\n' in text
     assert 'hsi_context_utilization_ratio{camera_id="garage"} 0.42\n' in text
     assert not any(line.startswith('hsi_context_utilization_ratio{camera_id="backyard"}') for line in text.splitlines())
 
@@ -80,7 +80,7 @@ def test_figures_are_read_at_each_scrape(tmp_path: Path) -> None:
     assert "hsi_quarantined_records_total 0.0" in first
     _write(path, rows=ROWS[1:2], quarantined=2)
     second = generate_latest(registry).decode()
-    assert 'hsi_context_utilization_ratio{camera_id="front_door"} 0.8125\n' in second
+    assert 'hsi_context_utilization_ratio{camera_id="front_door"} 0.3125\n' in second
     assert "hsi_quarantined_records_total 2.0" in second
 
 

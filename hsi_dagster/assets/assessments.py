@@ -22,6 +22,14 @@ WITHIN_SLOT = "prompt_within_budget"
 LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
+def _validates(assessment: dict) -> bool:
+    try:
+        RiskAssessment.model_validate(assessment)
+        return True
+    except ValueError:
+        return False
+
+
 def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> tuple[dict, list[ChatResult]]:
     """One call, and one repair call if the reply cannot be used. Returns the row fields and the calls made."""
     first = llm.chat_json(messages, RISK_JSON_SCHEMA, max_tokens=max_tokens)
@@ -102,7 +110,7 @@ def risk_assessments(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
     if fields["status"] != "ok":
         context.log.warning(f"batch {batch_id}: output invalid after one repair attempt: {fields['error']}")
 
-    schema_ok = fields["status"] == "ok" and RiskAssessment.model_validate(fields["assessment"]) is not None
+    schema_ok = fields["status"] == "ok" and _validates(fields["assessment"])
     level_ok = fields["status"] == "ok" and level_for_score(fields["risk_score"]) == fields["risk_level"]
     return dg.MaterializeResult(
         metadata={

@@ -11,11 +11,13 @@ Decisions the contract leaves open (documented here, tested in tests/test_detect
 - `ts` is accepted from 1970-01-01 (inclusive) to 2200-01-01 (exclusive) UTC: a camera clock reset to zero or a
   garbage year is quarantined rather than opening a batch decades away. Fractions past microseconds are truncated.
 - Booleans are not numbers (`true` is not a confidence); NaN, Infinity and numbers that overflow are rejected.
-- Duplicate keys anywhere in a line are rejected: parsers disagree on which one wins.
 - `null` for an optional field means absent. Unknown top-level fields are ignored (not stored), so producers
   can add fields (the contract allows extensions). Unknown `enrichment` keys, and unknown fields inside the known
-  enrichment objects, are kept verbatim in the stored JSON: the vision stack grows models before the prompt
-  builder learns them, and dropping their output would lose data. The known keys are type-checked.
+  enrichment objects, are kept in the stored JSON without being interpreted: the vision stack grows models before
+  the prompt builder learns them, and dropping their output would lose data. Known keys are type-checked.
+- A key that appears twice where a known field is expected (a contract field, a known enrichment key or a
+  field of a known enrichment object) is rejected: JSON parsers disagree on which copy wins, so a checked value
+  could be swapped for an unchecked one. Inside unknown content duplicates are left alone, like the rest of it.
 """
 
 from __future__ import annotations
@@ -195,21 +197,32 @@ def truncate_raw(raw: str | bytes, limit: int = RAW_MAX_CHARS) -> str:
 
 
 def _compact_json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
+class _Object(dict):
+    """A decoded JSON object that remembers the keys it had more than once (the last copy is kept)."""
+
+    __slots__ = ("duplicates",)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = _Object(pairs)
     if len(result) != len(pairs):
         seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"duplicate key {key!r}")
-            seen.add(key)
+        result.duplicates = frozenset(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
     return result
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_reject_duplicates, parse_constant=_NonFinite)
+def _check_duplicates(value: dict[str, Any], known: Any, field: str) -> None:
+    duplicates = getattr(value, "duplicates", None)
+    if duplicates:
+        clash = sorted(k for k in duplicates if k in known)
+        if clash:
+            raise _Invalid(f"{field + '.' if field else ''}{clash[0]}: appears more than once in the object")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_NonFinite)
 
 
 def _show(value: Any, limit: int = 60) -> str:
@@ -350,12 +363,10 @@ def _check_spec(value: Any, spec: Spec, field: str) -> None:
     elif isinstance(spec, Obj):
         if not isinstance(value, dict):
             raise _Invalid(f"{field}: must be an object, got {_show(value)}")
+        _check_duplicates(value, spec.fields, field)
         for name, sub in spec.fields.items():
             if name in value:
                 _check_spec(value[name], sub, f"{field}.{name}")
-        for name in value:  # unknown fields are kept, but must still be storable
-            if name not in spec.fields:
-                _check_opaque(value[name], f"{field}.{name}")
     else:
         if not isinstance(value, list):
             raise _Invalid(f"{field}: must be an array, got {_show(value)}")
@@ -367,23 +378,24 @@ def _check_spec(value: Any, spec: Spec, field: str) -> None:
             _check_spec(item, spec.item, f"{field}[{index}]")
 
 
-def _check_opaque(value: Any, field: str) -> None:
-    """Unknown content is kept as is; only NaN/Infinity (not JSON) and bad surrogates are refused."""
-    stack = [(value, field)]
+def _storable(value: Any) -> Any:
+    """Unknown content is kept uninterpreted; NaN/Infinity placeholders become the floats json.dumps writes back."""
+    stack = [value]
     while stack:
-        item, where = stack.pop()
-        if isinstance(item, _NonFinite):
-            raise _Invalid(f"{where}: {item.text} is not valid JSON")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise _Invalid(f"{where}: number out of range")
-        if isinstance(item, str):
-            _check_utf8(item, where)
-        elif isinstance(item, dict):
+        item = stack.pop()
+        if isinstance(item, dict):
             for key, sub in item.items():
-                _check_utf8(key, where)
-                stack.append((sub, f"{where}.{key}"))
+                if isinstance(sub, _NonFinite):
+                    item[key] = float(sub.text)
+                elif isinstance(sub, (dict, list)):
+                    stack.append(sub)
         elif isinstance(item, list):
-            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+            for index, sub in enumerate(item):
+                if isinstance(sub, _NonFinite):
+                    item[index] = float(sub.text)
+                elif isinstance(sub, (dict, list)):
+                    stack.append(sub)
+    return value
 
 
 def _enrichment(value: Any) -> dict[str, Any] | None:
@@ -391,12 +403,11 @@ def _enrichment(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise _Invalid(f"enrichment: must be an object, got {_show(value)}")
-    for key, sub in value.items():
-        spec = ENRICHMENT_SPEC.get(key)
-        if spec is None:
-            _check_opaque(sub, f"enrichment.{key}")
-        else:
-            _check_spec(sub, spec, f"enrichment.{key}")
+    _check_duplicates(value, ENRICHMENT_SPEC, "enrichment")
+    for key, spec in ENRICHMENT_SPEC.items():
+        if key in value:
+            _check_spec(value[key], spec, f"enrichment.{key}")
+    _storable(value)
     try:
         size = len(_compact_json(value).encode("utf-8"))
     except UnicodeEncodeError:
@@ -414,6 +425,7 @@ def _optional_tag(record: dict[str, Any], name: str) -> str | None:
 
 
 def _build(record: dict[str, Any]) -> Detection:
+    _check_duplicates(record, TOP_LEVEL_FIELDS, "")
     for name in REQUIRED_FIELDS:
         if record.get(name) is None:
             raise _Invalid(f"{name}: required field is missing" + (" (null)" if name in record else ""))
@@ -476,3 +488,11 @@ def _validate(line: str | bytes) -> Detection:
     if not isinstance(record, dict):
         raise _Invalid(f"line: must be a JSON object, got {_show(record)}")
     return _build(record)
+
+
+def loads_enrichment(text: str | bytes | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored `detections.enrichment` back to a dict (unknown content may hold NaN/Infinity: json.loads reads
+    them)."""
+    if text is None or isinstance(text, dict):
+        return text
+    return json.loads(text)

@@ -46,9 +46,9 @@ SCENARIO_CAMERAS = {
 }
 # Relative frequency by lighting: deliveries by day, wildlife and intruders mostly at night.
 SCENARIO_WEIGHTS = {
-    "day": {"delivery": 14, "resident_home": 8, "pet": 12, "wildlife": 1, "loitering": 0.3, "vehicle_breakin": 0.1, "passing_car": 40, "noise": 6},
-    "dusk": {"delivery": 4, "resident_home": 16, "pet": 8, "wildlife": 4, "loitering": 1.0, "vehicle_breakin": 0.3, "passing_car": 30, "noise": 8},
-    "night": {"delivery": 0.2, "resident_home": 3, "pet": 4, "wildlife": 10, "loitering": 3.0, "vehicle_breakin": 1.0, "passing_car": 10, "noise": 10},
+    "day": {"delivery": 14, "resident_home": 8, "pet": 12, "wildlife": 1, "loitering": 0.2, "vehicle_breakin": 0.03, "passing_car": 40, "noise": 6},
+    "dusk": {"delivery": 4, "resident_home": 16, "pet": 8, "wildlife": 4, "loitering": 0.6, "vehicle_breakin": 0.1, "passing_car": 30, "noise": 8},
+    "night": {"delivery": 0.2, "resident_home": 3, "pet": 4, "wildlife": 10, "loitering": 2.0, "vehicle_breakin": 0.4, "passing_car": 10, "noise": 10},
 }
 RESIDENTS = ("resident:alex", "resident:sam", "resident:jo")
 RESIDENT_VEHICLES = ("vehicle:family_suv", "vehicle:blue_hatchback")
@@ -423,7 +423,7 @@ def simulate(
 ) -> Iterator[dict[str, Any]]:
     """Contract records in ts order from `duration_s` seconds of simulated activity starting at `start`.
 
-    About 25 detections per event on average; `events_per_hour` sets the density. Detection ids are
+    About 33 detections per event on average; `events_per_hour` sets the density. Detection ids are
     `d-<hash of seed, start, cameras>-<n>`, so streams of different runs never collide and a replay is a no-op.
     """
     for _, record in simulate_with_scenarios(
@@ -524,7 +524,7 @@ def _measure_average() -> float:
 
 
 # Detections per event, averaged over a simulated day (used to turn a detection rate into an event rate).
-AVERAGE_DETECTIONS_PER_EVENT = 25.0
+AVERAGE_DETECTIONS_PER_EVENT = 33.0
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -590,7 +590,7 @@ _BAD_KINDS: dict[str, Callable[[dict[str, Any], random.Random], tuple[str, bytes
     "json_array": lambda b, r: ("line", _dump([b])),
     "json_string": lambda b, r: ("line", b'"just a string"'),
     "trailing_comma": lambda b, r: ("line", _dump(b)[:-1] + b",}"),
-    "duplicate_key": lambda b, r: ("line", _dump(b)[:-1] + b',"confidence":0.5}'),
+    "duplicate_key": lambda b, r: ("confidence", _dump(b)[:-1] + b',"confidence":0.5}'),
     "invalid_utf8": lambda b, r: ("line", _dump(b).replace(b'"person"', b'"pers\xff\xfeon"').replace(b'"car"', b'"c\xffar"').replace(b'"dog"', b'"d\xc3og"')),
     "control_char": lambda b, r: ("line", _dump(b).replace(b'"trk-', b'"tr\x01k-')),
     "huge_line": lambda b, r: ("line", _dump(dict(b, enrichment={"florence": {"caption": "x" * (1 << 20)}}))),

@@ -13,10 +13,17 @@ Behaviour that matters in production:
   Across processes (several Dagster runs at once) this semaphore cannot help: the Dagster concurrency pool
   sized to PARALLEL is what bounds the runs that call the server.
 - `ensure_ready` (health, per-slot context, JSON-schema enforcement probe) runs once per process per base URL.
+- OpenAI-compatible servers without llama-server's own endpoints (vLLM: no /props, /slots, /apply-template; its
+  /tokenize takes `messages`) work through a fallback: readiness from GET /v1/models when /health is missing, slot
+  count from the configured `fallback_total_slots` (settings PARALLEL), per-slot context from /v1/models
+  `max_model_len` (else `fallback_slot_context`), exact token counts from vLLM's /tokenize when it is there, else
+  `TokenCountUnavailable` (callers budget with the cl100k estimate). The schema probe runs unchanged.
+  On llama-server none of this sends an extra request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -59,6 +66,15 @@ class SchemaNotEnforced(LlamaServerError):
     """The server does not constrain output to a JSON schema: refuse to proceed."""
 
 
+class TokenCountUnavailable(LlamaServerError):
+    """The server cannot count prompt tokens exactly (no /apply-template, no chat-aware /tokenize): estimate instead."""
+
+
+API_LLAMA = "llama.cpp"
+API_OPENAI = "openai"
+_MISSING = (404, 405)  # what an absent route answers (FastAPI-based servers say 404, some proxies 405)
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     slot_context: int
@@ -66,6 +82,8 @@ class ServerInfo:
     model: str
     chat_template: str | None
     build_info: str | None
+    api: str = API_LLAMA  # API_OPENAI when llama-server's own endpoints are missing (e.g. vLLM)
+    missing_endpoints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,25 +103,75 @@ class ChatResult:
     model: str
     latency_ms: float
     finish_reason: str | None
+    server_url: str = field(default="", compare=False)  # which server answered (several behind a router)
 
 
 # --- process-wide state, keyed by normalised base URL ---------------------------------------------------------
 _registry_lock = threading.Lock()
 _ready_info: dict[str, ServerInfo] = {}
 _ready_locks: dict[str, threading.Lock] = {}
-_slot_semaphores: dict[str, tuple[int, threading.BoundedSemaphore]] = {}
+_slot_semaphores: dict[str, tuple[int, "SlotLimiter"]] = {}
+_apis: dict[str, str] = {}  # base URL -> API_LLAMA | API_OPENAI, once detected
+_token_modes: dict[str, str] = {}  # base URL -> "llama" (/apply-template + /tokenize) | "openai" | "none"
+_openai_models: dict[str, str] = {}  # base URL -> model id from /v1/models (sent as `model` in OpenAI mode)
+
+# Notified whenever any slot in this process is released: the router waits on it for the first free slot anywhere.
+SLOTS_CHANGED = threading.Condition()
+
+
+class SlotLimiter:
+    """A bounded counting semaphore whose free count can be read: the router picks servers by it.
+
+    All limiters share the SLOTS_CHANGED condition, so a waiter can wait for a slot on ANY server.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("a slot limiter needs at least one slot")
+        self.size = int(size)
+        self._free = int(size)
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        with SLOTS_CHANGED:
+            if not blocking:
+                timeout = 0
+            if not SLOTS_CHANGED.wait_for(lambda: self._free > 0, timeout):
+                return False
+            self._free -= 1
+            return True
+
+    def release(self) -> None:
+        with SLOTS_CHANGED:
+            if self._free >= self.size:
+                raise ValueError("SlotLimiter released more often than acquired")
+            self._free += 1
+            SLOTS_CHANGED.notify_all()
+
+    def __enter__(self) -> "SlotLimiter":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"SlotLimiter(free={self._free}/{self.size})"
 
 
 def reset_server_cache(base_url: str | None = None) -> None:
     """Forget readiness and the slot semaphore of one base URL (all when None), e.g. after a server restart."""
     with _registry_lock:
         if base_url is None:
-            _ready_info.clear()
-            _slot_semaphores.clear()
+            for registry in (_ready_info, _slot_semaphores, _apis, _token_modes, _openai_models):
+                registry.clear()
         else:
             key = _normalise_url(base_url)
-            _ready_info.pop(key, None)
-            _slot_semaphores.pop(key, None)
+            for registry in (_ready_info, _slot_semaphores, _apis, _token_modes, _openai_models):
+                registry.pop(key, None)
 
 
 def slot_semaphore_size(base_url: str) -> int | None:
@@ -111,6 +179,19 @@ def slot_semaphore_size(base_url: str) -> int | None:
     with _registry_lock:
         entry = _slot_semaphores.get(_normalise_url(base_url))
     return entry[0] if entry else None
+
+
+def slot_limiter(base_url: str) -> SlotLimiter | None:
+    """The process-wide slot limiter of base_url (None until sized by ensure_ready or a first completion)."""
+    with _registry_lock:
+        entry = _slot_semaphores.get(_normalise_url(base_url))
+    return entry[1] if entry else None
+
+
+def slot_free_count(base_url: str) -> int | None:
+    """Slots of base_url free in this process right now (None until the limiter has been sized)."""
+    limiter = slot_limiter(base_url)
+    return limiter.free if limiter else None
 
 
 def _normalise_url(url: str) -> str:
@@ -152,6 +233,8 @@ class LlamaClient:
         max_tries: int = 3,
         backoff_base: float = 0.5,
         transport: httpx.BaseTransport | None = None,
+        fallback_total_slots: int | None = None,
+        fallback_slot_context: int | None = None,
     ) -> None:
         url = _normalise_url(base_url)
         if "," in url:
@@ -166,6 +249,9 @@ class LlamaClient:
         self.startup_timeout = float(startup_timeout)
         self.max_tries = int(max_tries)
         self.backoff_base = float(backoff_base)
+        # Only for OpenAI-compatible servers without /props (vLLM): slots in flight, and context if /v1/models lacks it.
+        self.fallback_total_slots = int(fallback_total_slots) if fallback_total_slots else None
+        self.fallback_slot_context = int(fallback_slot_context) if fallback_slot_context else None
         self._api_key = api_key or None
         headers = {"Accept": "application/json"}
         if self._api_key:
@@ -211,13 +297,18 @@ class LlamaClient:
         uses_slot: bool = False,
         max_tries: int | None = None,
         timeout: httpx.Timeout | None = None,
+        slot_reserved: bool = False,
     ) -> httpx.Response:
-        """Send with retries on connection errors, timeouts and 5xx; raise LlamaRequestRejected on 4xx."""
+        """Send with retries on connection errors, timeouts and 5xx; raise LlamaRequestRejected on 4xx.
+
+        uses_slot takes one of the URL's process-wide slots per try, unless the caller already holds one
+        (slot_reserved, as the router does).
+        """
         tries = max_tries or self.max_tries
         where = f"{method} {self._url(path)}"
         last_problem = "no attempt made"
         for attempt in range(1, tries + 1):
-            semaphore = self._slot_semaphore() if uses_slot else None
+            semaphore = self._slot_semaphore() if uses_slot and not slot_reserved else None
             try:
                 if semaphore is not None:
                     semaphore.acquire()
@@ -256,27 +347,30 @@ class LlamaClient:
                 self._scrub(f"{where} returned a reply that is not JSON: {_excerpt(response.text)}")
             ) from None
 
-    def _slot_semaphore(self) -> threading.BoundedSemaphore:
+    def _slot_semaphore(self) -> SlotLimiter:
         with _registry_lock:
             entry = _slot_semaphores.get(self.base_url)
         if entry is None:
             slots = max(1, self.server_info().total_slots)
             with _registry_lock:
-                entry = _slot_semaphores.setdefault(self.base_url, (slots, threading.BoundedSemaphore(slots)))
+                entry = _slot_semaphores.setdefault(self.base_url, (slots, SlotLimiter(slots)))
             logger.debug("in-process limit for %s: %d request(s) in flight", self.base_url, entry[0])
         return entry[1]
 
     # --- public API -----------------------------------------------------------------------------------------------
-    def wait_until_ready(self) -> None:
-        """Poll GET /health until 200; 503 "Loading model" and connection refused mean wait (up to startup_timeout)."""
-        deadline = time.monotonic() + self.startup_timeout
+    def wait_until_ready(self, timeout: float | None = None) -> None:
+        """Poll GET /health until 200; 503 "Loading model" and connection refused mean wait (up to startup_timeout,
+        or `timeout` seconds: 0 = one probe). No /health (404, e.g. an OpenAI-compatible server): GET /v1/models."""
+        limit = self.startup_timeout if timeout is None else max(0.0, float(timeout))
+        deadline = time.monotonic() + limit
         probe_timeout = httpx.Timeout(min(self.read_timeout, 10.0), connect=self.connect_timeout)
-        where = f"GET {self._url('/health')}"
+        path = "/v1/models" if _apis.get(self.base_url) == API_OPENAI else "/health"
+        where = f"GET {self._url(path)}"
         step = 0
         last_problem = "no answer yet"
         while True:
             try:
-                response = self._http.get("/health", timeout=probe_timeout)
+                response = self._http.get(path, timeout=probe_timeout)
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 last_problem = f"{type(exc).__name__}: {exc}"
             except httpx.HTTPError as exc:
@@ -286,6 +380,11 @@ class LlamaClient:
                     logger.debug("%s: ready", where)
                     return
                 body = self._scrub(_excerpt(response.text))
+                if response.status_code in _MISSING and path == "/health":
+                    logger.info("%s: %s; readiness from GET /v1/models instead", where, response.status_code)
+                    path = "/v1/models"
+                    where = f"GET {self._url(path)}"
+                    continue
                 if 400 <= response.status_code < 500:
                     raise LlamaRequestRejected(
                         f"{where} was rejected with HTTP {response.status_code}: {body}", status=response.status_code
@@ -295,7 +394,7 @@ class LlamaClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LlamaServerUnavailable(
-                    f"llama-server at {self.base_url} was not ready within {self.startup_timeout:g} s "
+                    f"llama-server at {self.base_url} was not ready within {limit:g} s "
                     f"(last answer from {where}: {last_problem})"
                 )
             logger.debug("%s: not ready yet (%s)", where, last_problem)
@@ -305,7 +404,17 @@ class LlamaClient:
     def server_info(self) -> ServerInfo:
         """Per-slot context and slot count from /props, cross-checked against /slots when it is enabled."""
         where = f"GET {self._url('/props')}"
-        props = self._json(self._request("GET", "/props"), where)
+        if _apis.get(self.base_url) == API_OPENAI:
+            return self._openai_server_info()
+        try:
+            props = self._json(self._request("GET", "/props"), where)
+        except LlamaRequestRejected as exc:
+            if exc.status not in _MISSING:
+                raise
+            logger.info("%s: HTTP %s; treating %s as an OpenAI-compatible server", where, exc.status, self.base_url)
+            with _registry_lock:
+                _apis[self.base_url] = API_OPENAI
+            return self._openai_server_info()
         if not isinstance(props, dict):
             raise LlamaServerError(f"{where} returned an unexpected reply: {_excerpt(json.dumps(props))}")
         settings = props.get("default_generation_settings") or {}
@@ -340,6 +449,78 @@ class LlamaClient:
             build_info=props.get("build_info"),
         )
 
+    def _openai_server_info(self) -> ServerInfo:
+        """No /props: model and max_model_len from GET /v1/models, slot count from configuration (PARALLEL)."""
+        where = f"GET {self._url('/v1/models')}"
+        reply = self._json(self._request("GET", "/v1/models"), where)
+        models = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(models, list) or not models or not isinstance(models[0], dict):
+            raise LlamaServerError(f"{where} lists no model: {_excerpt(self._scrub(json.dumps(reply)))}")
+        model = models[0]
+        context = model.get("max_model_len") or self.fallback_slot_context
+        if not context:
+            raise LlamaServerError(
+                f"{self.base_url} has no /props and {where} reports no max_model_len: configure the per-slot context "
+                "(CTX_SIZE / PARALLEL)"
+            )
+        if not self.fallback_total_slots:
+            raise LlamaServerError(
+                f"{self.base_url} has no /props to report its slots: configure how many requests it may run at once "
+                "(PARALLEL)"
+            )
+        model_id = str(model.get("id") or "unknown")
+        with _registry_lock:
+            _openai_models[self.base_url] = model_id
+        return ServerInfo(
+            slot_context=int(context),
+            total_slots=int(self.fallback_total_slots),
+            model=model_id,
+            chat_template=None,
+            build_info=str(model.get("owned_by")) if model.get("owned_by") else None,
+            api=API_OPENAI,
+            missing_endpoints=("/props",),
+        )
+
+    def _is_missing(self, method: str, path: str, body: dict | None = None) -> bool:
+        """One try at an endpoint: True when it is not there in llama-server's form (any 4xx but 401/403)."""
+        try:
+            self._request(method, path, json_body=body, max_tries=1)
+        except LlamaRequestRejected as exc:
+            if exc.status in (401, 403):
+                raise
+            return True
+        return False
+
+    def _detect_openai_fallbacks(self, info: ServerInfo) -> ServerInfo:
+        """Which llama-server-only endpoints are missing, and how (if at all) prompt tokens can be counted exactly."""
+        probe = [{"role": "user", "content": "x"}]
+        missing = list(info.missing_endpoints)
+        for path in ("/health", "/slots"):
+            if self._is_missing("GET", path):
+                missing.append(path)
+        apply_missing = self._is_missing("POST", "/apply-template", {"messages": probe})
+        if apply_missing:
+            missing.append("/apply-template")
+        mode = "llama" if not apply_missing else "none"
+        if apply_missing:
+            try:
+                self._openai_token_ids(probe)
+                mode = "openai"
+            except TokenCountUnavailable:
+                missing.append("/tokenize")
+        with _registry_lock:
+            _token_modes[self.base_url] = mode
+        info = dataclasses.replace(info, missing_endpoints=tuple(missing))
+        logger.info(
+            "%s is OpenAI-compatible: missing %s; slots from configuration (%d), context %d, exact token counts: %s",
+            self.base_url,
+            ", ".join(missing),
+            info.total_slots,
+            info.slot_context,
+            {"openai": "/tokenize with messages", "llama": "/apply-template + /tokenize"}.get(mode, "unavailable"),
+        )
+        return info
+
     def _slots_or_none(self) -> list | None:
         try:
             response = self._request("GET", "/slots", max_tries=1)
@@ -361,8 +542,12 @@ class LlamaClient:
         temperature: float = 0.0,
         seed: int | None = 42,
         extra: dict | None = None,
+        slot_reserved: bool = False,
     ) -> ChatResult:
-        """One schema-constrained chat completion; `parsed` is the JSON object, or None with `parse_error`."""
+        """One schema-constrained chat completion; `parsed` is the JSON object, or None with `parse_error`.
+
+        slot_reserved: the caller already holds one of this URL's process-wide slots (the router does).
+        """
         body: dict[str, Any] = {
             "messages": messages,
             "max_tokens": int(max_tokens),
@@ -377,10 +562,16 @@ class LlamaClient:
         }
         if seed is not None:
             body["seed"] = int(seed)
+        if _apis.get(self.base_url) == API_OPENAI:  # not llama-server: name the model, drop llama-only fields
+            body.pop("cache_prompt")
+            if self.base_url in _openai_models:
+                body["model"] = _openai_models[self.base_url]
         if extra:
             body.update(extra)
         where = f"POST {self._url('/v1/chat/completions')}"
-        response = self._request("POST", "/v1/chat/completions", json_body=body, uses_slot=True)
+        response = self._request(
+            "POST", "/v1/chat/completions", json_body=body, uses_slot=True, slot_reserved=slot_reserved
+        )
         latency_ms = response.elapsed.total_seconds() * 1000.0
         reply = self._json(response, where)
         try:
@@ -409,6 +600,7 @@ class LlamaClient:
             model=str(reply.get("model") or ""),
             latency_ms=latency_ms,
             finish_reason=finish_reason,
+            server_url=self.base_url,
         )
 
     @staticmethod
@@ -424,11 +616,64 @@ class LlamaClient:
         return value, None
 
     def count_prompt_tokens(self, messages: list[dict]) -> int:
-        """Exact prompt tokens for the served model: /apply-template (the text it sees), then /tokenize."""
+        """Exact prompt tokens for the served model: /apply-template (the text it sees), then /tokenize.
+
+        On an OpenAI-compatible server: vLLM's /tokenize with `messages`; neither: TokenCountUnavailable.
+        """
         return len(self.prompt_token_ids(messages))
 
     def prompt_token_ids(self, messages: list[dict]) -> list[int]:
         """The token ids the served model evaluates for `messages` (chat template applied), without inference."""
+        mode = _token_modes.get(self.base_url)
+        if mode == "none":
+            raise self._no_token_count("neither /apply-template nor a chat-aware /tokenize")
+        if mode == "openai":
+            return self._openai_token_ids(messages)
+        try:
+            return self._llama_token_ids(messages)
+        except LlamaRequestRejected as exc:
+            if exc.status not in _MISSING or mode == "llama":
+                raise
+        logger.info("%s has no /apply-template: counting tokens with /tokenize {messages} (vLLM)", self.base_url)
+        try:
+            tokens = self._openai_token_ids(messages)
+        except TokenCountUnavailable:
+            with _registry_lock:
+                _token_modes[self.base_url] = "none"
+            raise
+        with _registry_lock:
+            _token_modes[self.base_url] = "openai"
+        return tokens
+
+    def _no_token_count(self, why: str) -> TokenCountUnavailable:
+        return TokenCountUnavailable(
+            f"exact token count unavailable on this server ({self.base_url}: {why}); "
+            "budget prompts with the cl100k estimate instead"
+        )
+
+    def _openai_token_ids(self, messages: list[dict]) -> list[int]:
+        """vLLM's POST /tokenize {messages}: the chat template applied server-side, as in a completion."""
+        body: dict[str, Any] = {
+            "messages": messages,
+            "add_generation_prompt": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+        if self.base_url in _openai_models:
+            body["model"] = _openai_models[self.base_url]
+        where = f"POST {self._url('/tokenize')}"
+        try:
+            reply = self._json(self._request("POST", "/tokenize", json_body=body), where)
+        except LlamaRequestRejected as exc:
+            if exc.status in (401, 403):
+                raise
+            raise self._no_token_count(f"{where} answered HTTP {exc.status}") from None
+        tokens = reply.get("tokens") if isinstance(reply, dict) else None
+        # llama-server's /tokenize ignores `messages` and returns no tokens: that is not a count.
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, int) for t in tokens):
+            raise self._no_token_count(f"{where} does not tokenize chat messages")
+        return tokens
+
+    def _llama_token_ids(self, messages: list[dict]) -> list[int]:
         kwargs = {"enable_thinking": False}
         where = f"POST {self._url('/apply-template')}"
         templated = self._json(
@@ -494,10 +739,10 @@ class LlamaClient:
                 return cached
             self.wait_until_ready()
             info = self.server_info()
+            if info.api == API_OPENAI:
+                info = self._detect_openai_fallbacks(info)
             with _registry_lock:
-                _slot_semaphores.setdefault(
-                    self.base_url, (info.total_slots, threading.BoundedSemaphore(max(1, info.total_slots)))
-                )
+                _slot_semaphores.setdefault(self.base_url, (info.total_slots, SlotLimiter(max(1, info.total_slots))))
             self.verify_schema_enforcement()
             with _registry_lock:
                 _ready_info[self.base_url] = info

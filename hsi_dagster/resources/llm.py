@@ -5,11 +5,19 @@ lives in the client so that code outside Dagster behaves the same. Inside a run 
 `setup_for_execution` and closed in `teardown_after_execution`; outside a run (tests, CLI) `get_client()` builds
 one lazily.
 
-`base_url` accepts a comma-separated list (the LLAMA_SERVER_URL format), but this resource talks to the FIRST
-URL only; routing across several servers comes with the deployment work.
+`base_url` accepts a comma-separated list (the LLAMA_SERVER_URL format). One URL: exactly one `LlamaClient`, as
+always. Several: a `LlamaRouter` (hsi_dagster/llm/router.py) with one client per URL sends each completion to the
+server with the most free slots, skips servers that are down and retries them after a cool-down; `ensure_ready`
+reports the smallest per-slot context of the reachable servers so one budget fits all. `get_client()` is then the
+FIRST URL's client (kept for callers that want one server); `chat_json`/`count_prompt_tokens` go through the router.
+
+OpenAI-compatible servers (vLLM) have no /props: the slot count comes from `fallback_total_slots` and, when
+/v1/models gives no max_model_len, the context from `fallback_slot_context`; both default to settings PARALLEL and
+CTX_SIZE / PARALLEL.
 
 Concurrency: the client's semaphore caps requests in flight per server within one process; across runs and
-processes the Dagster concurrency pool sized to PARALLEL is what keeps the server's slots from being oversubscribed.
+processes the Dagster concurrency pool (sized to the slots of all servers together) is what keeps the servers'
+slots from being oversubscribed.
 """
 
 
@@ -19,6 +27,7 @@ import dagster as dg
 from pydantic import PrivateAttr
 
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
+from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
 
 _lazy_lock = threading.Lock()
 
@@ -35,57 +44,123 @@ class LlamaServerResource(dg.ConfigurableResource):
     read_timeout_seconds: float = 120
     startup_timeout_seconds: float = 300
     max_output_tokens: int = 1536
+    # Only for OpenAI-compatible servers without /props (vLLM); None = settings PARALLEL / CTX_SIZE // PARALLEL.
+    fallback_total_slots: int | None = None
+    fallback_slot_context: int | None = None
+    # Several URLs: how long a server that is down sits out (doubling per failure up to the maximum).
+    cooldown_seconds: float = COOLDOWN_SECONDS
+    max_cooldown_seconds: float = MAX_COOLDOWN_SECONDS
 
     _client: LlamaClient | None = PrivateAttr(default=None)
+    _router: LlamaRouter | None = PrivateAttr(default=None)
 
     @property
-    def primary_url(self) -> str:
-        """The first URL of `base_url` (the one this resource uses)."""
+    def urls(self) -> list[str]:
+        """Every URL of `base_url`, in order."""
         urls = [url.strip().rstrip("/") for url in self.base_url.split(",") if url.strip()]
         if not urls:
             raise ValueError("LlamaServerResource.base_url is empty: set LLAMA_SERVER_URL")
-        return urls[0]
+        return urls
 
-    def _build_client(self, **overrides: float) -> LlamaClient:
+    @property
+    def primary_url(self) -> str:
+        """The first URL of `base_url` (the only one when there is one; `get_client()`'s when there are several)."""
+        return self.urls[0]
+
+    @property
+    def routed(self) -> bool:
+        """True when base_url lists several servers (requests go through a LlamaRouter)."""
+        return len(self.urls) > 1
+
+    def _fallbacks(self) -> dict:
+        """Slot count and context for servers without /props, from the fields or else from settings."""
+        slots, context = self.fallback_total_slots, self.fallback_slot_context
+        if slots is None or context is None:
+            try:
+                from hsi_dagster.settings import load_settings
+
+                settings = load_settings()
+                slots = settings.PARALLEL if slots is None else slots
+                context = settings.slot_context if context is None else context
+            except Exception as exc:  # settings are only a fallback for non-llama servers: never block llama-server
+                dg.get_dagster_logger().debug(f"no settings for the OpenAI-compatible fallback: {exc}")
+        return {"fallback_total_slots": slots, "fallback_slot_context": context}
+
+    def _client_kwargs(self, **overrides: float) -> dict:
         kwargs: dict = {
             "api_key": self.api_key or None,
             "read_timeout": float(self.read_timeout_seconds),
             "startup_timeout": float(self.startup_timeout_seconds),
+            **self._fallbacks(),
         }
         kwargs.update(overrides)
-        return LlamaClient(self.primary_url, **kwargs)
+        return kwargs
+
+    def _build_client(self, **overrides: float) -> LlamaClient:
+        return LlamaClient(self.primary_url, **self._client_kwargs(**overrides))
+
+    def _build_router(self, **overrides: float) -> LlamaRouter:
+        return LlamaRouter.from_urls(
+            self.urls,
+            router_options={"cooldown_seconds": self.cooldown_seconds, "max_cooldown_seconds": self.max_cooldown_seconds},
+            **self._client_kwargs(**overrides),
+        )
 
     # --- lifecycle ---
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._client = self._build_client()
+        if self.routed:
+            self._router = self._build_router()
+            self._client = self._router.clients[0]
+        else:
+            self._client = self._build_client()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._router is not None:
+            self._router.close()
+            self._router = None
+            self._client = None
         if self._client is not None:
             self._client.close()
             self._client = None
 
     def get_client(self) -> LlamaClient:
-        """The run's client, or a lazily built one when used outside a Dagster run."""
+        """The run's client (the first URL's when there are several), or a lazily built one outside a run."""
         if self._client is None:
             with _lazy_lock:
                 if self._client is None:
-                    self._client = self._build_client()
+                    if self.routed:
+                        self._router = self._build_router()
+                        self._client = self._router.clients[0]
+                    else:
+                        self._client = self._build_client()
         return self._client
 
     def client(self) -> LlamaClient:
         return self.get_client()
 
+    def get_router(self) -> LlamaRouter | None:
+        """The router over every URL (None with a single URL)."""
+        if not self.routed:
+            return None
+        self.get_client()
+        return self._router
+
     # --- delegation ---
     def ensure_ready(self) -> ServerInfo:
-        """Health, per-slot context and the schema-enforcement probe (once per process per URL)."""
-        return self.get_client().ensure_ready()
+        """Health, per-slot context and the schema-enforcement probe (once per process per URL). Several URLs: one
+        ready server suffices; slot_context is the smallest of the ready servers, total_slots their sum."""
+        router = self.get_router()
+        return router.ensure_ready() if router else self.get_client().ensure_ready()
 
     def live_slot_context(self) -> int | None:
-        """Per-slot context reported by the server now, or None when it cannot be reached quickly."""
+        """Per-slot context reported by the server now, or None when it cannot be reached quickly.
+        Several URLs: the smallest over the servers that answer."""
+        quick = {"connect_timeout": _PROBE_CONNECT_SECONDS, "read_timeout": _PROBE_READ_SECONDS, "max_tries": 1}
         try:
-            with self._build_client(
-                connect_timeout=_PROBE_CONNECT_SECONDS, read_timeout=_PROBE_READ_SECONDS, max_tries=1
-            ) as probe:
+            if self.routed:
+                with self._build_router(**quick) as probe_router:
+                    return probe_router.server_info().slot_context
+            with self._build_client(**quick) as probe:
                 return probe.server_info().slot_context
         except LlamaServerError as exc:
             dg.get_dagster_logger().debug(f"live slot context unavailable: {exc}")
@@ -101,8 +176,10 @@ class LlamaServerResource(dg.ConfigurableResource):
         seed: int | None = 42,
         extra: dict | None = None,
     ) -> ChatResult:
-        """LlamaClient.chat_json; max_tokens defaults to max_output_tokens."""
-        return self.get_client().chat_json(
+        """LlamaClient.chat_json (through the router when there are several URLs); max_tokens defaults to
+        max_output_tokens."""
+        target = self.get_router() or self.get_client()
+        return target.chat_json(
             messages,
             schema,
             max_tokens=self.max_output_tokens if max_tokens is None else max_tokens,
@@ -112,4 +189,6 @@ class LlamaServerResource(dg.ConfigurableResource):
         )
 
     def count_prompt_tokens(self, messages: list[dict]) -> int:
-        return self.get_client().count_prompt_tokens(messages)
+        """Exact prompt tokens; TokenCountUnavailable (a LlamaServerError) on servers that cannot count them."""
+        target = self.get_router() or self.get_client()
+        return target.count_prompt_tokens(messages)
