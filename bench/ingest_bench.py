@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
+import resource
 import itertools
 import statistics
 import sys
@@ -35,6 +37,8 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
     path = cache / f"ingest-{detections}-{seed}-{version}.jsonl{'.gz' if gz else ''}"
     if path.exists():
         return path
+    for stale in cache.glob(f"ingest-{detections}-{seed}-*"):  # inputs of older simulator versions
+        stale.unlink()
     started = time.perf_counter()
     start = datetime(2026, 12, 1, tzinfo=timezone.utc)
     good = itertools.islice(sim.simulate(seed, start=start, duration_s=30 * 86400, events_per_hour=60), detections)
@@ -54,6 +58,12 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
     return path
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process (all threads): comparable across runs even when the machine is busy."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--detections", type=int, default=1_000_000)
@@ -65,15 +75,17 @@ def main() -> None:
     for run in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             db = Path(tmp) / "bench.duckdb"
+            cpu = _cpu_seconds()
             report = ingest_files(db, [path])
+            cpu = _cpu_seconds() - cpu
             rate = report.loaded / report.elapsed_s
             rates.append(rate)
             again = ingest_files(db, [path])
             reingest.append(again.elapsed_s)
             print(
                 f"run {run + 1}: {report.loaded} loaded, {report.quarantined} quarantined, {report.files[0].rescued} via the "
-                f"Python validator, {report.elapsed_s:.2f}s -> {rate:,.0f} detections/s; re-ingest (all duplicates) "
-                f"{again.elapsed_s:.2f}s, {again.loaded} loaded"
+                f"Python validator, {report.elapsed_s:.2f}s (CPU {cpu:.1f}s, load average {os.getloadavg()[0]:.1f}) -> "
+                f"{rate:,.0f} detections/s; re-ingest (all duplicates) {again.elapsed_s:.2f}s, {again.loaded} loaded"
             )
     median = statistics.median(rates)
     print(

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
 import duckdb
+import numpy as np
 
 from hsi_dagster.core.batching import (
     OPEN,
@@ -159,16 +160,20 @@ def _record(conn: duckdb.DuckDBPyConnection, batch: Batch) -> None:
     has_late = conn.execute(
         "SELECT coalesce(bool_or(is_late), false) FROM detections WHERE batch_id = ?", [batch.batch_id]
     ).fetchone()[0]  # type: ignore[index]
-    conn.execute(
-        """INSERT OR REPLACE INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at, close_reason,
-               detection_count, detection_ids, labels, has_late, recorded_at)
-           VALUES ($batch_id, $camera, $started, $last, $closes, $reason, $count, $ids, $labels, $late, now())""",
-        {
-            "batch_id": batch.batch_id, "camera": batch.camera_id, "started": batch.started_at, "last": batch.last_ts,
-            "closes": batch.closes_at, "reason": batch.close_reason, "count": len(ids), "ids": ids,
-            "labels": list(batch.labels), "late": bool(has_late),
-        },
-    )
+    conn.execute(_INSERT_BATCH, _batch_params(batch, bool(has_late)))
+
+
+_INSERT_BATCH = """INSERT OR REPLACE INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at,
+    close_reason, detection_count, detection_ids, labels, has_late, recorded_at)
+    VALUES ($batch_id, $camera, $started, $last, $closes, $reason, $count, $ids, $labels, $late, now())"""
+
+
+def _batch_params(batch: Batch, has_late: bool) -> dict[str, Any]:
+    return {
+        "batch_id": batch.batch_id, "camera": batch.camera_id, "started": batch.started_at, "last": batch.last_ts,
+        "closes": batch.closes_at, "reason": batch.close_reason, "count": batch.detection_count,
+        "ids": list(batch.detection_ids), "labels": list(batch.labels), "late": has_late,
+    }
 
 
 def record_batch(conn: duckdb.DuckDBPyConnection, batch_id: str, rules: BatchRules, as_of: datetime) -> Batch:
@@ -199,19 +204,36 @@ def record_closed_batches(
 ) -> list[Batch]:
     """Record every batch closed as of `as_of` (up to `limit`, oldest first) in one transaction; returns them.
 
-    One recomputation for all of them: what `hsi process` and a sensor tick need.
+    One recomputation and one UPDATE join for all of them (what `hsi process` needs); record_batch does one.
     """
     batches = pending_closed_batches(conn, rules, as_of, limit=limit)
     if not batches:
         return []
+    assignment = {
+        "detection_id": np.array([d for b in batches for d in b.detection_ids], dtype=object),
+        "batch_id": np.array([b.batch_id for b in batches for _ in b.detection_ids], dtype=object),
+    }
+    conn.register("_hsi_assignment", assignment)
     conn.execute("BEGIN TRANSACTION")
     try:
-        for batch in batches:
-            _record(conn, batch)
+        claimed = conn.execute(
+            """UPDATE detections SET batch_id = a.batch_id FROM _hsi_assignment a
+               WHERE detections.detection_id = a.detection_id AND detections.batch_id IS NULL"""
+        ).fetchone()
+        if claimed is None or claimed[0] != len(assignment["detection_id"]):
+            raise BatchConflict(f"{len(assignment['detection_id']) - (claimed[0] if claimed else 0)} detections were assigned "
+                                "meanwhile by another writer; retry")
+        late = dict(conn.execute(
+            """SELECT batch_id, bool_or(is_late) FROM detections
+               WHERE batch_id IN (SELECT DISTINCT batch_id FROM _hsi_assignment) GROUP BY batch_id"""
+        ).fetchall())
+        conn.executemany(_INSERT_BATCH, [_batch_params(b, bool(late.get(b.batch_id))) for b in batches])
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    finally:
+        conn.unregister("_hsi_assignment")
     return batches
 
 
@@ -265,14 +287,14 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
         raise BatchNotFound(f"batch {batch_id} is not recorded (record it first; see record_batch)")
     for key in ("started_at", "last_ts", "closes_at", "recorded_at"):
         row[key] = row[key].astimezone(timezone.utc)
-    detections = _rows(conn.execute("SELECT * FROM detections WHERE batch_id = ? ORDER BY ts, detection_id", [batch_id]))
+    detections = _rows(conn.execute(
+        # camera and time range first: zone maps skip most of a large table
+        """SELECT * FROM detections WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id = $batch_id
+           ORDER BY ts, detection_id""",
+        {"camera": row["camera_id"], "first": row["started_at"], "last": row["last_ts"], "batch_id": batch_id},
+    ))
     for detection in detections:
         detection["ts"] = detection["ts"].astimezone(timezone.utc)
         detection["ingested_at"] = detection["ingested_at"].astimezone(timezone.utc)
         detection["enrichment"] = loads_enrichment(detection["enrichment"])
     return row, detections
-
-
-def batch_ids(batches: Iterable[Batch]) -> list[str]:
-    """Convenience for sensors: the partition keys of some batches, in order."""
-    return [batch.batch_id for batch in batches]

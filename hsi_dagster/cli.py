@@ -85,7 +85,12 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(f"  {run.batch_id}: {state} ({run.seconds:.1f}s, run {run.run_id[:8]})", flush=True)
 
     print(f"processing batches closed as of {as_of.isoformat()} (DAGSTER_HOME={os.environ.get('DAGSTER_HOME', '')})")
-    report = process(settings, as_of, workers=args.workers, on_result=show)
+    from hsi_dagster.runner import AlreadyRunning
+
+    try:
+        report = process(settings, as_of, workers=args.workers, on_result=show)
+    except AlreadyRunning as exc:
+        raise UsageError(str(exc)) from None
     print(f"{len(report.runs)} runs, {len(report.failed)} failed, in {report.seconds:.1f}s")
     if report.failed:
         print("failed batches stay pending: run `hsi process` again once the cause is fixed", file=sys.stderr)

@@ -10,6 +10,7 @@ start-up per batch. PARALLEL + 1 workers keep every llama-server slot busy while
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,7 +20,7 @@ from typing import Callable
 
 from hsi_dagster.batch_store import pending_closed_batches
 from hsi_dagster.core.batching import BatchRules
-from hsi_dagster.instance import get_instance
+from hsi_dagster.instance import DUCKDB_WRITES_POOL, LLAMA_SLOTS_POOL, get_instance
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import connect
@@ -79,11 +80,50 @@ def batches_to_process(settings: HsiSettings, as_of: datetime) -> list[str]:
     return closed + retry
 
 
+SOURCE_TAG = {"hsi/source": "hsi process"}
+
+
+class AlreadyRunning(RuntimeError):
+    """Another `hsi process` holds the lock of this DAGSTER_HOME."""
+
+
+def reclaim_orphans(instance) -> int:
+    """Runs of an `hsi process` that was killed stay STARTED and keep their pool slots, which would block every
+    later run. Called while holding the process lock, so no other `hsi process` is running: mark them failed and
+    free their slots."""
+    import dagster as dg
+
+    orphans = instance.get_runs(filters=dg.RunsFilter(tags=SOURCE_TAG, statuses=[
+        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED]))
+    for run in orphans:
+        instance.report_run_failed(run, message="hsi process ended before this run finished")
+    storage = instance.event_log_storage
+    for pool in (LLAMA_SLOTS_POOL, DUCKDB_WRITES_POOL):
+        for claim in storage.get_concurrency_info(pool).claimed_slots:
+            run = instance.get_run_by_id(claim.run_id)
+            if run is None or run.is_finished:
+                storage.free_concurrency_slots_for_run(claim.run_id)
+    return len(orphans)
+
+
 def process(settings: HsiSettings, as_of: datetime, *, workers: int | None = None,
             on_result: Callable[[BatchRun], None] | None = None) -> ProcessReport:
     """Materialize the batch pipeline for every batch closed as of `as_of`. Failed batches stay pending."""
     started = time.perf_counter()
     instance = get_instance(settings)
+    lock = open(f"{instance.root_directory}/hsi-process.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise AlreadyRunning(f"another `hsi process` is running on {instance.root_directory}") from None
+    try:
+        reclaim_orphans(instance)
+        return _process_locked(instance, settings, as_of, started, workers, on_result)
+    finally:
+        lock.close()
+
+
+def _process_locked(instance, settings, as_of, started, workers, on_result) -> ProcessReport:
     batch_ids = batches_to_process(settings, as_of)
     report = ProcessReport(batch_ids)
     if not batch_ids:
@@ -91,7 +131,7 @@ def process(settings: HsiSettings, as_of: datetime, *, workers: int | None = Non
     existing = set(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
     instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [key for key in batch_ids if key not in existing])
     workers = workers or min(len(batch_ids), settings.PARALLEL + 1)
-    tags = {"hsi/source": "hsi process", "hsi/as_of": as_of.isoformat()}
+    tags = {**SOURCE_TAG, "hsi/as_of": as_of.isoformat()}
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker) as pool:
         futures = [pool.submit(_run_batch, batch_id, tags) for batch_id in batch_ids]

@@ -32,7 +32,7 @@ def closed_windows(camera_ids: list[str], per_camera: int, *, start: datetime, g
 def resources(db_path: str, llm_url: str = "http://127.0.0.1:9", **settings_overrides: str) -> dict:
     return {
         "duckdb": HsiDuckDBResource(database=db_path),
-        "llm": LlamaServerResource(base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=30, max_output_tokens=256),
+        "llm": LlamaServerResource(base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=5, max_output_tokens=256),
         "enrichment": EnrichmentResource(),
         "pipeline_settings": PipelineSettingsResource(overrides={
             "NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256", "CTX_SIZE": "8192",

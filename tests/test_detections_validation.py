@@ -134,7 +134,7 @@ def test_every_kind_of_generated_bad_line_is_refused_with_its_field(kind: str) -
 
 
 def test_not_an_object_and_bad_bytes() -> None:
-    assert rejected("[1, 2]").reason == "line: must be a JSON object, got an array"
+    assert rejected("[1, 2]").reason == "line: must be a JSON object, got an array [1,2]"
     assert rejected(b'{"a": "\xff"}').reason.startswith("line: not valid UTF-8")
     assert rejected("").reason == "line: empty"
     assert rejected('{"a": "\ud800"}').field == "line"  # a str that cannot be UTF-8

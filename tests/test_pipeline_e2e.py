@@ -85,8 +85,11 @@ def test_server_stopped_mid_run_fails_clearly_and_a_later_run_completes(tmp_path
         failed = dg.materialize([risk_assessments], partition_key=batch_id, instance=instance, resources=res,
                                 raise_on_error=False)
         assert not failed.success
-        failure = next(e for e in failed.all_events if e.is_step_failure)
-        message = failure.event_specific_data.error.message
+        failure = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error
+        message = ""
+        while failure is not None:  # the retry wrapper's message, then the Failure that caused it
+            message += failure.message
+            failure = failure.cause
         assert batch_id in message and f"127.0.0.1:{port}" in message
         assert rows(db, "SELECT count(*) FROM risk_assessments") == [(0,)]
         server = start_embedded(tmp_path, SERVER_SETTINGS, port=port)

@@ -24,7 +24,7 @@ CLOSE_FAST_PATH = "fast_path"
 OPEN = "open"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DetectionRef:
     """What batching needs to know about a detection."""
 
@@ -106,8 +106,9 @@ def make_batch_id(camera_id: str, first: DetectionRef) -> str:
 
     Deterministic and readable; a valid Dagster partition key (no `...`, commas, slashes or control chars).
     """
-    camera = _UNSAFE_DOTS.sub(lambda m: "_" * len(m.group()), camera_id)
-    ts = first.ts.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    camera = camera_key(camera_id)
+    t = first.ts.astimezone(timezone.utc)
+    ts = f"{t.year:04d}{t.month:02d}{t.day:02d}T{t.hour:02d}{t.minute:02d}{t.second:02d}.{t.microsecond:06d}Z"
     digest = hashlib.sha256(f"{camera_id}\x00{first.detection_id}".encode("utf-8")).hexdigest()[:8]
     return f"{camera}__{ts}__{digest}"
 
@@ -119,6 +120,8 @@ def batch_id_camera_prefix(batch_id: str) -> str:
 
 def camera_key(camera_id: str) -> str:
     """How a camera_id appears at the start of its batch ids."""
+    if "..." not in camera_id:
+        return camera_id
     return _UNSAFE_DOTS.sub(lambda m: "_" * len(m.group()), camera_id)
 
 
@@ -126,12 +129,12 @@ def _sort_key(detection: DetectionRef) -> tuple[datetime, str]:
     return (detection.ts, detection.detection_id)
 
 
-def _make_batch(members: list[DetectionRef], rules: BatchRules, *, fast_path: bool, trailing: bool) -> Batch:
+def _make_batch(members: list[DetectionRef], window: timedelta, idle: timedelta, *, fast_path: bool, trailing: bool) -> Batch:
     first, last = members[0], members[-1]
     if fast_path:
         closes_at, reason = first.ts, CLOSE_FAST_PATH
     else:
-        by_window, by_idle = first.ts + rules.window, last.ts + rules.idle
+        by_window, by_idle = first.ts + window, last.ts + idle
         closes_at, reason = (by_window, CLOSE_WINDOW) if by_window <= by_idle else (by_idle, CLOSE_IDLE)
     return Batch(
         batch_id=make_batch_id(first.camera_id, first),
@@ -148,12 +151,13 @@ def _make_batch(members: list[DetectionRef], rules: BatchRules, *, fast_path: bo
 
 def _camera_batches(detections: list[DetectionRef], rules: BatchRules) -> list[Batch]:
     window, idle = rules.window, rules.idle
+    fast_labels, fast_confidence = rules.fast_path_labels, rules.fast_path_confidence
     batches: list[Batch] = []
     current: list[DetectionRef] = []
     started = last = None
     for detection in detections:
-        if rules.is_fast_path(detection):
-            batches.append(_make_batch([detection], rules, fast_path=True, trailing=False))
+        if detection.label in fast_labels and detection.confidence >= fast_confidence:
+            batches.append(_make_batch([detection], window, idle, fast_path=True, trailing=False))
             continue
         ts = detection.ts
         if current and ts - started < window and ts - last < idle:  # type: ignore[operator]
@@ -161,10 +165,10 @@ def _camera_batches(detections: list[DetectionRef], rules: BatchRules) -> list[B
             last = ts
             continue
         if current:
-            batches.append(_make_batch(current, rules, fast_path=False, trailing=False))
+            batches.append(_make_batch(current, window, idle, fast_path=False, trailing=False))
         current, started, last = [detection], ts, ts
     if current:
-        batches.append(_make_batch(current, rules, fast_path=False, trailing=True))
+        batches.append(_make_batch(current, window, idle, fast_path=False, trailing=True))
     return batches
 
 

@@ -231,8 +231,9 @@ def _show(value: Any, limit: int = 60) -> str:
     if isinstance(value, str):
         text = json.dumps(value[: limit + 1], ensure_ascii=False)
     elif isinstance(value, (dict, list)):
-        text = "an object" if isinstance(value, dict) else "an array"
-        return text
+        kind = "an object" if isinstance(value, dict) else "an array"
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+        return f"{kind} {text}" if len(text) <= limit else f"{kind} {text[:limit]}..."
     elif value is None:
         return "null"
     elif isinstance(value, bool):

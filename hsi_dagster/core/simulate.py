@@ -492,8 +492,13 @@ def simulate_live(
     t0 = clock()
     begin = start or datetime.fromtimestamp(round(t0, 3), tz=timezone.utc)
     events_per_hour = max(rate_per_s, 1e-6) * 3600 / AVERAGE_DETECTIONS_PER_EVENT
-    stream = simulate(seed, start=begin, duration_s=seconds, events_per_hour=events_per_hour)
+    # Start the simulated activity earlier and drop what precedes `begin`: events last minutes, so the stream is
+    # at its steady rate from the first file instead of ramping up.
+    warmup = LIVE_WARMUP_SECONDS
+    stream = simulate(seed, start=begin - timedelta(seconds=warmup), duration_s=seconds + warmup, events_per_hour=events_per_hour)
     pending = next(stream, None)
+    while pending is not None and _record_utc(pending) < begin:
+        pending = next(stream, None)
     written: list[Path] = []
     intervals = max(1, int(-(-seconds // file_interval_s)))
     stamp = begin.strftime("%Y%m%dT%H%M%S")
@@ -522,6 +527,8 @@ def _measure_average() -> float:
     count = sum(1 for _ in simulate(0, start=start, duration_s=24 * 3600, events_per_hour=20))
     return count / (24 * 20)
 
+
+LIVE_WARMUP_SECONDS = 300.0
 
 # Detections per event, averaged over a simulated day (used to turn a detection rate into an event rate).
 AVERAGE_DETECTIONS_PER_EVENT = 33.0

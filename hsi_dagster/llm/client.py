@@ -7,9 +7,10 @@ Behaviour that matters in production:
   in total); 4xx answers are never retried (the request itself is wrong) and raise `LlamaRequestRejected`.
 - Secrets: the API key travels only in the `Authorization: Bearer` header; every exception text and log line is
   built from the URL, status and a short body excerpt, and is scrubbed of the key as a second line of defence.
-- Slots: a process-wide `threading.BoundedSemaphore` per base URL, sized by the server's `total_slots`, keeps the
-  number of completions in flight from this process at or below the number of slots, however many threads and
-  `LlamaClient` instances there are. Extra requests wait here instead of queueing inside llama-server.
+- Slots: a process-wide `SlotLimiter` (a bounded semaphore whose free count can be read) per base URL, sized by the
+  server's `total_slots`, keeps the number of completions in flight from this process at or below the number of
+  slots, however many threads and `LlamaClient` instances there are. Extra requests wait here instead of queueing
+  inside llama-server. The router (hsi_dagster/llm/router.py) picks among several servers by these free counts.
   Across processes (several Dagster runs at once) this semaphore cannot help: the Dagster concurrency pool
   sized to PARALLEL is what bounds the runs that call the server.
 - `ensure_ready` (health, per-slot context, JSON-schema enforcement probe) runs once per process per base URL.

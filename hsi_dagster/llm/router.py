@@ -409,7 +409,7 @@ class LlamaRouter:
     def _aggregate(self, infos: list[ServerInfo]) -> ServerInfo:
         models = {info.model for info in infos}
         if len(models) > 1:
-            logger.warning("llama-servers serve different models %s: token budgets assume one tokenizer", sorted(models))
+            logger.warning("llama-servers serve different models %s: budgets assume one tokenizer", sorted(models))
         return dataclasses.replace(
             infos[0],
             slot_context=min(info.slot_context for info in infos),

@@ -102,7 +102,10 @@ class LlamaServerResource(dg.ConfigurableResource):
     def _build_router(self, **overrides: float) -> LlamaRouter:
         return LlamaRouter.from_urls(
             self.urls,
-            router_options={"cooldown_seconds": self.cooldown_seconds, "max_cooldown_seconds": self.max_cooldown_seconds},
+            router_options={
+                "cooldown_seconds": self.cooldown_seconds,
+                "max_cooldown_seconds": self.max_cooldown_seconds,
+            },
             **self._client_kwargs(**overrides),
         )
 
