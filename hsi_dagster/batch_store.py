@@ -14,7 +14,7 @@ it is batched by the same rules with the other unassigned detections, into a new
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import duckdb
 import numpy as np

@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_db(sub.add_parser("process", help="run the Dagster pipeline for every batch closed as of a time"))
     p.add_argument("--as-of", metavar="TIMESTAMP")
-    p.add_argument("--workers", type=int, help="worker processes (default PARALLEL + 1)")
+    p.add_argument("--workers", type=int, help="worker processes (default PARALLEL)")
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("simulate", help="write a seeded multi-camera detection stream")
@@ -240,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_metrics_serve)
 
     p = with_db(sub.add_parser("demo", help="sample detections -> embedded server -> pipeline -> risk report"))
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--minutes", type=float, default=12.0, help="minutes of simulated camera activity")
+    p.add_argument("--seed", type=int, default=0, help="offset added to the demo's scenario seeds")
+    p.add_argument("--minutes", type=float, default=40.0, help="minutes of simulated activity per segment")
     p.set_defaults(func=cmd_demo)
     return parser
 

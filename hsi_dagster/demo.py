@@ -11,6 +11,10 @@ from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH
 from hsi_dagster.settings import HsiSettings, load_settings
 
 DEMO_DB = "data/demo.duckdb"
+# (UTC hour, seed) of the two simulated segments: with seed offset 0 they cover residents coming home, pets,
+# wildlife and passing cars in the evening, night-time loitering and a vehicle break-in at night (~36 batches).
+DEMO_SEGMENTS = ((18, 8), (22, 1))
+DEMO_EVENTS_PER_HOUR = 12
 
 
 def _server_is_up(url: str, api_key: str | None) -> bool:
@@ -26,7 +30,7 @@ def _server_is_up(url: str, api_key: str | None) -> bool:
         client.close()
 
 
-def run_demo(settings: HsiSettings, *, seed: int = 7, minutes: float = 12.0) -> int:
+def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 40.0) -> int:
     from hsi_dagster.core.simulate import simulate, write_jsonl
     from hsi_dagster.ingest import ingest_files
     from hsi_dagster.instance import ensure_dagster_home
@@ -46,10 +50,13 @@ def run_demo(settings: HsiSettings, *, seed: int = 7, minutes: float = 12.0) -> 
         stale.unlink(missing_ok=True)  # the demo's report covers this run only
     home = ensure_dagster_home()
 
-    now = datetime.now(timezone.utc)
+    yesterday = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
     sample = db.parent / f"demo-seed{seed}.jsonl"
-    count = write_jsonl(sample, simulate(seed, start=now - timedelta(minutes=minutes + 2), duration_s=minutes * 60))
-    print(f"1/4 simulated {count} detections from 4 cameras over {minutes:g} minutes -> {sample}")
+    records = [record for hour, segment_seed in DEMO_SEGMENTS
+               for record in simulate(segment_seed + seed, start=yesterday + timedelta(hours=hour),
+                                      duration_s=minutes * 60, events_per_hour=DEMO_EVENTS_PER_HOUR)]
+    count = write_jsonl(sample, records)
+    print(f"1/4 simulated {count} detections: yesterday evening and night, {minutes:g} minutes each -> {sample}")
 
     server = None
     url = settings.llm_urls[0]

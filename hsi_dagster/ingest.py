@@ -292,8 +292,12 @@ def _enrichment_sql(e: str) -> _EnrichmentSql:
         i = slot[path]
         found = _present([f"{ref}.{name}" for name in spec.fields])
         conds.append(f"(en_lens[{i}] IS NULL OR {_known_once(f'en_keys[{i}]', list(spec.fields), found, closed=True, count=f'en_lens[{i}]')})")
-    for ref, leaf in leaves:
-        conds.append(_leaf_ok(ref, leaf.kinds))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for ref, leaf in leaves:  # one lambda over a list per kind of leaf: far cheaper than one condition per leaf
+        groups.setdefault(leaf.kinds, []).append(ref)
+    for kinds, refs in groups.items():
+        values = "[" + ", ".join(_txt(ref) for ref in refs) + "]"
+        conds.append(f"list_bool_and(list_transform({values}, lambda x: {_leaf_ok('x', kinds)}))")
     for k, (path, ref, spec) in enumerate(lists):
         item = spec.item
         if not isinstance(item, Obj) or not all(isinstance(s, Leaf) for s in item.fields.values()):  # pragma: no cover

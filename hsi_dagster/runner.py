@@ -1,17 +1,18 @@
 """`hsi process`: every batch closed as of T, through Dagster on the persistent instance (runs show in the UI).
 
-Runs execute in a small pool of worker PROCESSES, each running batches one after another in-process
-(`execute_in_process` on the DAGSTER_HOME instance). Why not threads: Dagster's in-process execution is not
-thread-safe (logging set-up deadlocks). Why not one process per run (the daemon's default launcher): 2-3 s of
-start-up per batch. PARALLEL + 1 workers keep every llama-server slot busy while the next batch is prepared; the
-`llama_slots` pool (limit PARALLEL) makes sure no more than PARALLEL LLM steps run at once, and `duckdb_writes`
-(limit 1) serialises the short DuckDB writes.
+Runs execute in PARALLEL worker PROCESSES, each running batches one after another in-process (`execute_in_process`
+on the DAGSTER_HOME instance). Why not threads: Dagster's in-process execution is not thread-safe (logging set-up
+deadlocks). Why not one process per run (the daemon's default launcher): 2-3 s of start-up per batch. Why not more
+workers than slots: a step blocked on a full pool polls with a back-off of up to 15 s, which leaves slots idle;
+with PARALLEL workers the `llama_slots` pool never blocks here, and it still guards the slots against other runs
+(the sensor's, the UI's). DuckDB writes are short transactions that wait out each other's file lock.
 """
 
 from __future__ import annotations
 
 import fcntl
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
+# Step events go to the event log (the UI); the console gets warnings and errors only.
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _worker_job = None
 _worker_instance = None
 
@@ -50,9 +53,24 @@ class ProcessReport:
         return [run for run in self.runs if not run.success]
 
 
-def _init_worker() -> None:
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker whose `hsi process` died must not keep running batches (and holding pool slots) on its own."""
+    import os
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="hsi-parent-watch").start()
+
+
+def _init_worker(parent_pid: int) -> None:
     global _worker_job, _worker_instance
     import dagster as dg
+
+    _exit_with_parent(parent_pid)
 
     from hsi_dagster.definitions import defs
 
@@ -63,7 +81,7 @@ def _init_worker() -> None:
 def _run_batch(batch_id: str, tags: dict[str, str]) -> BatchRun:
     started = time.perf_counter()
     result = _worker_job.execute_in_process(
-        instance=_worker_instance, partition_key=batch_id, raise_on_error=False, tags=tags
+        run_config=QUIET, instance=_worker_instance, partition_key=batch_id, raise_on_error=False, tags=tags
     )
     error = None
     if not result.success:
@@ -130,10 +148,11 @@ def _process_locked(instance, settings, as_of, started, workers, on_result) -> P
         return report
     existing = set(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
     instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [key for key in batch_ids if key not in existing])
-    workers = workers or min(len(batch_ids), settings.PARALLEL + 1)
+    workers = workers or min(len(batch_ids), settings.PARALLEL)
     tags = {**SOURCE_TAG, "hsi/as_of": as_of.isoformat()}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                             initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_run_batch, batch_id, tags) for batch_id in batch_ids]
         for future in as_completed(futures):
             run = future.result()

@@ -8,13 +8,12 @@ import dagster as dg
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.batch_store import record_batch
 from hsi_dagster.core.batching import BatchRules
-from hsi_dagster.instance import DUCKDB_WRITES_POOL
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 
 
 @dg.asset(
-    partitions_def=batch_partitions, deps=[detections], group_name="pipeline", kinds={"duckdb"}, pool=DUCKDB_WRITES_POOL,
+    partitions_def=batch_partitions, deps=[detections], group_name="pipeline", kinds={"duckdb"},
 )
 def detection_batches(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource,
                       pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:

@@ -7,7 +7,6 @@ from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.batch_store import load_batch
 from hsi_dagster.core.camera_profiles import load_camera_profiles
 from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES, build_context
-from hsi_dagster.instance import DUCKDB_WRITES_POOL
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.pipeline_tables import save_context
@@ -15,7 +14,7 @@ from hsi_dagster.storage.pipeline_tables import save_context
 
 @dg.asset(
     partitions_def=batch_partitions, deps=[detection_batches], group_name="pipeline", kinds={"duckdb"},
-    pool=DUCKDB_WRITES_POOL,
+   
 )
 def enriched_contexts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource, enrichment: EnrichmentResource,
                       pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:

@@ -10,7 +10,6 @@ from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
 from hsi_dagster.core.prompt import build_sections
-from hsi_dagster.instance import DUCKDB_WRITES_POOL
 from hsi_dagster.metrics import CONTEXT_UTILIZATION
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
@@ -31,7 +30,7 @@ def token_counter() -> TokenCounter:
 
 @dg.asset(
     partitions_def=batch_partitions, deps=[enriched_contexts], group_name="pipeline", kinds={"duckdb"},
-    pool=DUCKDB_WRITES_POOL,
+   
     check_specs=[dg.AssetCheckSpec(UTILIZATION_CHECK, asset="budgeted_prompts", blocking=True,
                                    description="The prompt fits its slot: utilization <= 1.0")],
 )

@@ -56,8 +56,8 @@ class LlamaServerResource(dg.ConfigurableResource):
 
     @property
     def urls(self) -> list[str]:
-        """Every URL of `base_url`, in order."""
-        urls = [url.strip().rstrip("/") for url in self.base_url.split(",") if url.strip()]
+        """Every URL of `base_url`, in order, each once (a repeated URL adds no slots: they are per server)."""
+        urls = list(dict.fromkeys(url.strip().rstrip("/") for url in self.base_url.split(",") if url.strip()))
         if not urls:
             raise ValueError("LlamaServerResource.base_url is empty: set LLAMA_SERVER_URL")
         return urls
