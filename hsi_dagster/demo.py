@@ -11,10 +11,10 @@ from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH
 from hsi_dagster.settings import HsiSettings, load_settings
 
 DEMO_DB = "data/demo.duckdb"
-# (UTC hour, seed) of the two simulated segments: with seed offset 0 they cover residents coming home, pets,
-# wildlife and passing cars in the evening, night-time loitering and a vehicle break-in at night (~36 batches).
-DEMO_SEGMENTS = ((18, 8), (22, 1))
-DEMO_EVENTS_PER_HOUR = 12
+# (UTC hour, seed) of the two simulated night segments: with seed offset 0 they cover night-time loitering, a
+# vehicle break-in, pets, wildlife and passing cars in ~22 batches (a 135M model on 2 CPU cores takes ~10-20 s each).
+DEMO_SEGMENTS = ((21, 17), (23, 11))
+DEMO_EVENTS_PER_HOUR = 15
 
 
 def _server_is_up(url: str, api_key: str | None) -> bool:
@@ -30,7 +30,7 @@ def _server_is_up(url: str, api_key: str | None) -> bool:
         client.close()
 
 
-def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 40.0) -> int:
+def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 20.0) -> int:
     from hsi_dagster.core.simulate import simulate, write_jsonl
     from hsi_dagster.ingest import ingest_files
     from hsi_dagster.instance import ensure_dagster_home
@@ -56,7 +56,7 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 40.0) -> 
                for record in simulate(segment_seed + seed, start=yesterday + timedelta(hours=hour),
                                       duration_s=minutes * 60, events_per_hour=DEMO_EVENTS_PER_HOUR)]
     count = write_jsonl(sample, records)
-    print(f"1/4 simulated {count} detections: yesterday evening and night, {minutes:g} minutes each -> {sample}")
+    print(f"1/4 simulated {count} detections: two {minutes:g}-minute segments of last night -> {sample}")
 
     server = None
     url = settings.llm_urls[0]
