@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_db(sub.add_parser("demo", help="sample detections -> embedded server -> pipeline -> risk report"))
     p.add_argument("--seed", type=int, default=0, help="offset added to the demo's scenario seeds")
-    p.add_argument("--minutes", type=float, default=20.0, help="minutes of simulated activity per segment")
+    p.add_argument("--minutes", type=float, default=10.0, help="minutes of simulated activity per segment")
     p.set_defaults(func=cmd_demo)
     return parser
 
