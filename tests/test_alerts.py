@@ -262,3 +262,29 @@ def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webho
         "alert_id": "fp_failed:unassessed", "kind": "fast_path_unassessed", "batch_id": "fp_failed",
         "camera_id": "front_door", "risk_level": None, "risk_score": None,
         "summary": "fast-path detection (person) could not be assessed by the LLM"}
+
+
+def test_alert_sensor_reads_new_materializations_once_and_posts(tmp_path: Path, webhook: Webhook) -> None:
+    """The Dagster sensor: each new risk_assessments materialization is looked up once (cursor); high posts."""
+    import dagster as dg
+
+    from hsi_dagster.sensors import high_risk_alert_sensor
+    from tests.pipeline_helpers import resources, sensor_tick
+
+    db = tmp_path / "alerts.duckdb"
+    with connect(db) as c:
+        _add_batch(c, "b-high", "porch")
+        _add_assessment(c, "b-high", "porch", "high", 70)
+        _add_batch(c, "b-low", "porch")
+        _add_assessment(c, "b-low", "porch", "low", 5)
+    res = resources(str(db), ALERT_WEBHOOK_URL=webhook.url)
+    with dg.instance_for_test() as instance:
+        for key in ("b-high", "b-low"):
+            instance.report_runless_asset_event(dg.AssetMaterialization("risk_assessments", partition=key))
+        first = sensor_tick(high_risk_alert_sensor, instance, res, None)
+        assert "2 assessments read, 1 alerts raised" in first.skip_message
+        again = sensor_tick(high_risk_alert_sensor, instance, res, first.cursor)
+        assert "0 assessments read" in again.skip_message
+    assert [p["json"]["batch_id"] for p in webhook.posts] == ["b-high"]
+    with connect(db) as c:
+        assert c.execute("SELECT batch_id, webhook_status FROM alerts").fetchall() == [("b-high", "sent")]
