@@ -1,6 +1,6 @@
 """Pipeline throughput vs the raw server, and orchestration overhead per batch, on the embedded llama.cpp server.
 
-Run:  .venv/bin/python bench/pipeline_bench.py [--batches 12] [--runs 3] [--max-tokens 384]
+Run:  .venv/bin/python bench/pipeline_bench.py [--batches 12] [--runs 3] [--max-tokens 384] [--minutes 15]
 
 Side by side, same server, same concurrency (PARALLEL), same prompts, same max_tokens and seed:
 - pipeline: `hsi process` (runner.process: PARALLEL + 1 worker processes, Dagster runs on a persistent instance,
@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--minutes", type=float, default=15.0, help="simulated activity to draw batches from")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="hsi-bench-"))
@@ -79,7 +80,7 @@ def main() -> int:
     settings = load_settings()
     try:
         start = datetime.now(timezone.utc) - timedelta(hours=3)
-        records = [json.dumps(r) for r in simulate(11, start=start, duration_s=3600, events_per_hour=30)]
+        records = [json.dumps(r) for r in simulate(11, start=start, duration_s=args.minutes * 60, events_per_hour=30)]
         ingest_lines(db, records)
         first = process(settings, datetime.now(timezone.utc))
         ids = first.batch_ids[: args.batches]
