@@ -33,9 +33,10 @@ def ensure_dagster_home() -> Path:
 
 
 def apply_pool_limits(instance: dg.DagsterInstance, settings: HsiSettings) -> None:
-    """llama_slots = PARALLEL (one step per server slot across all runs); duckdb_writes = 1."""
+    """llama_slots = PARALLEL x servers in LLAMA_SERVER_URL (one step per server slot across all runs);
+    duckdb_writes = 1."""
     storage = instance.event_log_storage
-    storage.set_concurrency_slots(LLAMA_SLOTS_POOL, settings.PARALLEL)
+    storage.set_concurrency_slots(LLAMA_SLOTS_POOL, settings.PARALLEL * len(settings.llm_urls))
     storage.set_concurrency_slots(DUCKDB_WRITES_POOL, 1)
 
 
