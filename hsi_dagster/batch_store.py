@@ -17,7 +17,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 import duckdb
-import numpy as np
 
 from hsi_dagster.core.batching import (
     OPEN,
@@ -73,11 +72,6 @@ def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[st
             columns["label"].tolist(), columns["confidence"].tolist(),
         )
     ]
-
-
-def pending_batches(conn: duckdb.DuckDBPyConnection, rules: BatchRules, as_of: datetime) -> list[Batch]:
-    """Every batch (closed or still open) of the unrecorded detections with ts <= as_of."""
-    return assign_batches(_refs(conn, _utc(as_of)), rules)
 
 
 def pending_closed_batches(
@@ -197,44 +191,6 @@ def record_batch(conn: duckdb.DuckDBPyConnection, batch_id: str, rules: BatchRul
         conn.execute("ROLLBACK")
         raise
     return existing or batch
-
-
-def record_closed_batches(
-    conn: duckdb.DuckDBPyConnection, rules: BatchRules, as_of: datetime, *, limit: int | None = None
-) -> list[Batch]:
-    """Record every batch closed as of `as_of` (up to `limit`, oldest first) in one transaction; returns them.
-
-    One recomputation and one UPDATE join for all of them (what `hsi process` needs); record_batch does one.
-    """
-    batches = pending_closed_batches(conn, rules, as_of, limit=limit)
-    if not batches:
-        return []
-    assignment = {
-        "detection_id": np.array([d for b in batches for d in b.detection_ids], dtype=object),
-        "batch_id": np.array([b.batch_id for b in batches for _ in b.detection_ids], dtype=object),
-    }
-    conn.register("_hsi_assignment", assignment)
-    conn.execute("BEGIN TRANSACTION")
-    try:
-        claimed = conn.execute(
-            """UPDATE detections SET batch_id = a.batch_id FROM _hsi_assignment a
-               WHERE detections.detection_id = a.detection_id AND detections.batch_id IS NULL"""
-        ).fetchone()
-        if claimed is None or claimed[0] != len(assignment["detection_id"]):
-            raise BatchConflict(f"{len(assignment['detection_id']) - (claimed[0] if claimed else 0)} detections were assigned "
-                                "meanwhile by another writer; retry")
-        late = dict(conn.execute(
-            """SELECT batch_id, bool_or(is_late) FROM detections
-               WHERE batch_id IN (SELECT DISTINCT batch_id FROM _hsi_assignment) GROUP BY batch_id"""
-        ).fetchall())
-        conn.executemany(_INSERT_BATCH, [_batch_params(b, bool(late.get(b.batch_id))) for b in batches])
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    finally:
-        conn.unregister("_hsi_assignment")
-    return batches
 
 
 def list_batches(conn: duckdb.DuckDBPyConnection, rules: BatchRules, as_of: datetime) -> list[dict[str, Any]]:

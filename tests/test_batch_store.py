@@ -15,7 +15,6 @@ from hsi_dagster.batch_store import (
     load_batch,
     pending_closed_batches,
     record_batch,
-    record_closed_batches,
 )
 from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches, closed_batches
 from hsi_dagster.core.simulate import simulate
@@ -24,6 +23,11 @@ from hsi_dagster.storage.db import connect
 
 T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
 RULES = BatchRules()
+
+
+def record_closed_batches(conn, rules: BatchRules, as_of: datetime):
+    """Record every closed window through the production path (one record_batch each, as the asset does)."""
+    return [record_batch(conn, b.batch_id, rules, as_of) for b in pending_closed_batches(conn, rules, as_of)]
 
 
 def at(seconds: float) -> datetime:
