@@ -195,6 +195,21 @@ def slot_free_count(base_url: str) -> int | None:
     return limiter.free if limiter else None
 
 
+_ssl_context_cache: Any = None
+_ssl_context_lock = threading.Lock()
+
+
+def _shared_ssl_context() -> Any:
+    """httpx builds a fresh SSL context (loading the CA bundle, ~30 ms) for every Client, even for http:// URLs;
+    a pipeline run builds several clients, so one context per process is shared (SSLContext is thread-safe)."""
+    global _ssl_context_cache
+    if _ssl_context_cache is None:
+        with _ssl_context_lock:
+            if _ssl_context_cache is None:
+                _ssl_context_cache = httpx.create_ssl_context()
+    return _ssl_context_cache
+
+
 def _normalise_url(url: str) -> str:
     return url.strip().rstrip("/")
 
@@ -262,6 +277,7 @@ class LlamaClient:
             headers=headers,
             timeout=httpx.Timeout(self.read_timeout, connect=self.connect_timeout),
             transport=transport,
+            verify=_shared_ssl_context(),
         )
 
     def __repr__(self) -> str:  # never show the key
