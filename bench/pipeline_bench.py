@@ -68,6 +68,8 @@ def main() -> int:
         "PARALLEL": str(args.parallel), "ANALYSIS_WORKER_COUNT": str(args.parallel), "THREADS": "2",
         "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens), "PROMPT_SAFETY_MARGIN_TOKENS": "256",
     })
+    from hsi_dagster.batch_store import pending_closed_batches, record_batch
+    from hsi_dagster.core.batching import BatchRules
     from hsi_dagster.core.simulate import simulate
     from hsi_dagster.ingest import ingest_lines
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
@@ -82,13 +84,19 @@ def main() -> int:
         start = datetime.now(timezone.utc) - timedelta(hours=3)
         records = [json.dumps(r) for r in simulate(11, start=start, duration_s=args.minutes * 60, events_per_hour=30)]
         ingest_lines(db, records)
-        first = process(settings, datetime.now(timezone.utc))
-        ids = first.batch_ids[: args.batches]
-        with connect(db) as conn:  # keep only the chosen batches in play
-            conn.execute("DELETE FROM risk_assessments WHERE batch_id NOT IN (SELECT unnest(?::VARCHAR[]))", [ids])
+        # Only the first --batches closed windows are processed (warm-up included): the rest are marked excluded.
+        with connect(db, read_only=True) as conn:
+            closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(timezone.utc))
+        ids = [b.batch_id for b in closed][: args.batches]
+        with connect(db) as conn:
+            for batch in closed[args.batches:]:
+                record_batch(conn, batch.batch_id, BatchRules.from_settings(settings), datetime.now(timezone.utc))
             conn.execute("INSERT INTO risk_assessments (batch_id, camera_id, status, assessed_at) "
                          "SELECT batch_id, camera_id, 'excluded', now() FROM detection_batches "
-                         "WHERE batch_id NOT IN (SELECT batch_id FROM risk_assessments)")
+                         "WHERE batch_id NOT IN (SELECT unnest(?::VARCHAR[]))", [ids])
+        first = process(settings, datetime.now(timezone.utc))
+        assert sorted(first.batch_ids) == sorted(ids) and not first.failed, (first.batch_ids, first.failed)
+        with connect(db, read_only=True) as conn:
             prompts = [json.loads(m) for (m,) in conn.execute(
                 "SELECT messages FROM budgeted_prompts WHERE batch_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY batch_id", [ids]).fetchall()]
         raw_rates, pipe_rates, overheads = [], [], []
