@@ -1,18 +1,18 @@
 """Bulk, idempotent loading of detection files (JSON Lines, optionally gzipped) into DuckDB.
 
-Design (measured with bench/ingest_bench.py; pure-Python validation ran at ~5-10k lines/s here):
+Design (measured with bench/ingest_bench.py; pure-Python validation runs at ~10k lines/s here):
 - A reader thread cuts the file into lines block by block (never the whole file; a line too long to be a record
-  is skipped without being held) and decodes them, while the main thread has DuckDB (which releases the GIL)
-  load the previous chunk.
-- Chunks of ~256k lines (at least two DuckDB row groups, so both cores work) are copied into a temp table and
-  checked there in SQL (from_json/json_keys over the raw lines); the typed good rows are inserted into
-  `detections` in one transaction per chunk. The plain insert is tried first (one index probe per row); once
-  a file re-sends a known detection_id it switches to `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op.
-- The SQL check is deliberately *stricter* than the contract: any line it does not accept goes to
-  `core.detections.validate_record`, the authoritative validator, which either loads it after all or
-  quarantines it with the reason naming the field. SQL and Python thus never disagree about what is loaded
-  (tests/test_ingest.py fuzzes this), and reasons come from one place. Quarantine rows are keyed by
-  (source, line_no).
+  is skipped without being held) and checks each chunk of lines with `core.fast_check` (msgspec, in C). The
+  lines it refuses go to `core.detections.validate_record`, the authoritative
+  validator, which loads them after all or quarantines them with the reason naming the field. The fast check
+  is stricter than the validator, so both always agree on what is loaded (tests/test_ingest.py fuzzes this),
+  and reasons come from one place.
+- Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) copy the
+  previous chunk's accepted lines into a temp table (no WAL) with their typed values and the checks that are
+  cheaper vectorized (`fast_check.finish_sql`), and insert the good rows into
+  `detections` in one transaction per chunk. The plain insert is tried first (one index probe per row); once a
+  file re-sends a known detection_id it switches to `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op.
+  Quarantine rows are keyed by (source, line_no).
 
 Late detections: a detection is `is_late` when, at the moment it is loaded, its camera already has a recorded
 regular (not fast-path) batch closing after the detection's ts: processing had passed its time when it
@@ -32,42 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import duckdb
 import numpy as np
 
-from hsi_dagster.core.detections import (
-    BBOX,
-    BOOL,
-    CAMERA_ID_PATTERN,
-    ENRICHMENT_SPEC,
-    LIGHTING,
-    LIGHTING_VALUES,
-    MAX_DETECTION_ID_CHARS,
-    MAX_ENRICHMENT_BYTES,
-    MAX_LABEL_CHARS,
-    MAX_LINE_BYTES,
-    MAX_LIST_ITEMS,
-    MAX_TAG_CHARS,
-    MAX_TEXT_CHARS,
-    NONNEG,
-    PRINTABLE_CHAR_CLASS,
-    TEXT,
-    TOP_LEVEL_FIELDS,
-    TS_MAX,
-    TS_MIN,
-    TS_PATTERN,
-    UNIT,
-    Detection,
-    Leaf,
-    ListOf,
-    Obj,
-    Rejection,
-    format_ts,
-    truncate_raw,
-    validate_record,
-)
+from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, format_ts, truncate_raw, validate_record
+from hsi_dagster.core.fast_check import fast_check, finish_sql
 from hsi_dagster.storage.db import connect
 
 CHUNK_LINES = 256_000
@@ -145,248 +116,41 @@ class IngestReport:
         return "\n".join(out)
 
 
-# ------------------------------------------------------------------------------------------------ SQL fast path
-# Every condition below must imply the Python rule it mirrors (tests/test_ingest.py checks this on many kinds of
-# bad lines and on fuzzed ones). Values are read as JSON text (from_json with JSON leaves) and typed by their
-# first character; casts go through VARCHAR, because casting the JSON type itself turns "0.9" or true into
-# numbers. Cost matters here: each JSON function is a parse, so the line is parsed a fixed few times and the
-# enrichment (only when present) a few more.
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _txt(x: str) -> str:
-    return f"({x})::VARCHAR"
-
-
-def _is_null(x: str) -> str:
-    return f"({x} IS NULL OR {_txt(x)} = 'null')"
-
-
-def _number(x: str) -> str:
-    return f"TRY_CAST({_txt(x)} AS DOUBLE)"
-
-
-def _is_string(x: str) -> str:
-    return f"starts_with({_txt(x)}, '\"')"
-
-
-def _decoded(x: str) -> str:
-    """The value of a JSON string text: the text between the quotes when the line has no backslash (so no
-    escapes), else decoded by the JSON reader."""
-    return (
-        f"CASE WHEN NOT {_is_string(x)} THEN NULL WHEN has_escape THEN json_extract_string({x}, '$') "
-        f"ELSE ({_txt(x)})[2:-2] END"
-    )
-
-
-def _bbox_ok(x: str) -> str:
-    """Four plain numbers (only number characters, so no strings, booleans, null or NaN), ordered, in 0..1.
-    The numbers are read with from_json, several times cheaper than a VARCHAR -> DOUBLE[] cast; its leniency
-    (true -> 1) cannot matter once the characters are checked."""
-    cond = "len(b) = 4 AND b[1] >= 0 AND b[2] >= 0 AND b[3] <= 1 AND b[4] <= 1 AND b[1] < b[3] AND b[2] < b[4]"
-    return (
-        f"(regexp_full_match({_txt(x)}, '\\[[-+0-9.eE,]*\\]') "
-        f"AND coalesce(list_transform([from_json({_txt(x)}, '[\"DOUBLE\"]')], lambda b: {cond})[1], false))"
-    )
-
-
-def _leaf_ok(x: str, kinds: tuple[str, ...]) -> str:
-    options = [_is_null(x)]
-    for kind in kinds:
-        if kind == TEXT:
-            # The JSON text is never shorter than the decoded string, nor its bytes fewer than its characters.
-            options.append(f"({_is_string(x)} AND strlen({_txt(x)}) <= {MAX_TEXT_CHARS + 2})")
-        elif kind == UNIT:
-            options.append(f"(NOT {_is_string(x)} AND {_number(x)} BETWEEN 0 AND 1)")
-        elif kind == NONNEG:
-            options.append(f"(NOT {_is_string(x)} AND {_number(x)} >= 0 AND isfinite({_number(x)}))")
-        elif kind == BOOL:
-            options.append(f"({_txt(x)} IN ('true', 'false'))")
-        elif kind == LIGHTING:
-            options.append(f"({_txt(x)} IN ({', '.join(_lit(chr(34) + v + chr(34)) for v in LIGHTING_VALUES)}))")
-        elif kind == BBOX:
-            options.append(_bbox_ok(x))
-        else:  # pragma: no cover - spec and SQL must move together
-            raise ValueError(f"no SQL for leaf kind {kind}")
-    return f"coalesce({' OR '.join(options)}, false)"
-
-
-def _present(refs: Sequence[str]) -> str:
-    """How many of these struct fields were found (from_json gives NULL for a missing key)."""
-    return " + ".join(f"({ref} IS NOT NULL)::INTEGER" for ref in refs) or "0"
-
-
-def _known_once(keys: str, known: Sequence[str], found: str, *, closed: bool, count: str | None = None) -> str:
-    """No known key twice (from_json reads only the first copy; Python refuses the duplicate) and, if `closed`,
-    no unknown key and at least one key. The common case is settled by arithmetic: as many keys (`count`, the
-    length of `keys`) as known fields found; only the rest (null values, unknown keys, duplicates) pays for
-    the list lambdas."""
-    n = count or f"len({keys})"
-    known_list = "[" + ", ".join(_lit(k) for k in known) + "]"
-    distinct_known = f"len(list_filter({known_list}, lambda a: list_contains({keys}, a)))"
-    if closed:
-        return f"({n} > 0 AND CASE WHEN {n} = {found} THEN true ELSE {n} = {distinct_known} END)"
-    known_seen = f"len(list_filter({keys}, lambda k: list_contains({known_list}, k)))"
-    return f"CASE WHEN {n} = {found} THEN true ELSE {known_seen} = {distinct_known} END"
-
-
-def _printable(x: str, limit: int) -> str:
-    """1..limit characters; control characters can only come from escapes, so lines without a backslash skip
-    the regex."""
-    return f"(length({x}) BETWEEN 1 AND {limit} AND (NOT has_escape OR regexp_full_match({x}, {_lit(PRINTABLE_CHAR_CLASS + '*')})))"
-
-
-def _structure(spec: Any) -> str:
-    if isinstance(spec, Leaf):
-        return '"JSON"'
-    if isinstance(spec, ListOf):
-        return f"[{_structure(spec.item)}]"
-    return "{" + ", ".join(f'"{name}": {_structure(sub)}' for name, sub in spec.fields.items()) + "}"
-
-
+# ------------------------------------------------------------------------------------------------ checking
 @dataclass
-class _EnrichmentSql:
-    columns: list[str]  # computed once per enriched row from `e`
-    conditions: list[str]
+class _CheckedChunk:
+    """A chunk after the checks that need Python (done on the reader thread): ready for DuckDB."""
+
+    lines: list[bytes]
+    line_nos: np.ndarray
+    columns: dict[str, np.ndarray]  # the lines the fast check accepted: line_no, pos (index into lines), line
+    rescued: list[tuple[int, Detection]]  # refused by the fast check, accepted by the validator
+    rejects: list[Rejection]
+    blank: int
 
 
-def _enrichment_sql(e: str) -> _EnrichmentSql:
-    """`e` is the enrichment's JSON text. One struct parse gives every known leaf; json_keys gives the key lists
-    that expose duplicates, unknown fields and non-objects. Unknown keys at the top are kept (like Python);
-    unknown fields inside known objects, empty or null known objects go to Python (rare, and Python has the
-    final word)."""
-    objects: list[tuple[str, str, Obj]] = []  # (json path, struct reference, spec)
-    lists: list[tuple[str, str, ListOf]] = []
-    leaves: list[tuple[str, Leaf]] = []
-
-    def walk(path: str, ref: str, spec: Any) -> None:
-        if isinstance(spec, Obj):
-            objects.append((path, ref, spec))
-            for name, sub in spec.fields.items():
-                walk(f"{path}.{name}", f"{ref}.{name}", sub)
-        elif isinstance(spec, ListOf):
-            lists.append((path, ref, spec))
+def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> _CheckedChunk:
+    """Fast check, then the authoritative validator on every line the fast check did not accept."""
+    fast = fast_check(lines)
+    rescued: list[tuple[int, Detection]] = []
+    rejects: list[Rejection] = []
+    for index in fast.refused_at:
+        line_no = int(line_nos[index])
+        result = validate_record(lines[index], source=source, line_no=line_no)
+        if isinstance(result, Detection):
+            rescued.append((line_no, result))
         else:
-            leaves.append((ref, spec))
-
-    for key, spec in ENRICHMENT_SPEC.items():
-        walk(f"$.{key}", f"en.{key}", spec)
-    structure = "{" + ", ".join(f'"{k}": {_structure(s)}' for k, s in ENRICHMENT_SPEC.items()) + "}"
-    key_paths = ["$"] + [p for p, _, _ in objects] + [p for p, _, _ in lists]
-    slot = {path: i for i, path in enumerate(key_paths, start=1)}  # NULL at a slot when the path is missing
-    columns = [
-        f"from_json({e}, {_lit(structure)}) AS en",
-        f"json_keys({e}, [{', '.join(_lit(p) for p in key_paths)}]) AS en_keys",
-        "list_transform(en_keys, lambda l: len(l)) AS en_lens",
-    ]
-    top_found = _present([f"en_lens[{slot[f'$.{k}']}]" for k in ENRICHMENT_SPEC])
-    conds = [
-        f"starts_with({e}, '{{')",
-        f"strlen({e}) <= {MAX_ENRICHMENT_BYTES // 2}",
-        _known_once("en_keys[1]", list(ENRICHMENT_SPEC), top_found, closed=False, count="en_lens[1]"),
-    ]
-    for path, ref, spec in objects:
-        i = slot[path]
-        found = _present([f"{ref}.{name}" for name in spec.fields])
-        conds.append(f"(en_lens[{i}] IS NULL OR {_known_once(f'en_keys[{i}]', list(spec.fields), found, closed=True, count=f'en_lens[{i}]')})")
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for ref, leaf in leaves:  # one lambda over a list per kind of leaf: far cheaper than one condition per leaf
-        groups.setdefault(leaf.kinds, []).append(ref)
-    for kinds, refs in groups.items():
-        values = "[" + ", ".join(_txt(ref) for ref in refs) + "]"
-        conds.append(f"list_bool_and(list_transform({values}, lambda x: {_leaf_ok('x', kinds)}))")
-    for k, (path, ref, spec) in enumerate(lists):
-        item = spec.item
-        if not isinstance(item, Obj) or not all(isinstance(s, Leaf) for s in item.fields.values()):  # pragma: no cover
-            raise ValueError(f"SQL fast path supports lists of flat objects only ({path})")
-        columns.append(f"json_keys({e}, {_lit(path + '[*]')}) AS en_items{k}")
-        # Zip keys and values per item: a lambda that referred to an outer column would copy it per element.
-        found = _present([f"p[2].{name}" for name in item.fields])
-        item_checks = [_known_once("p[1]", list(item.fields), found, closed=True)]
-        item_checks += [_leaf_ok(f"p[2].{name}", leaf.kinds) for name, leaf in item.fields.items()]  # type: ignore[union-attr]
-        conds.append(
-            f"(en_lens[{slot[path]}] IS NULL OR ({ref} IS NOT NULL AND len({ref}) = len(en_items{k}) AND len({ref}) <= {MAX_LIST_ITEMS} "
-            f"AND coalesce(list_bool_and(list_transform(list_zip(en_items{k}, {ref}), lambda p: {' AND '.join(item_checks)})), true)))"
-        )
-    return _EnrichmentSql(columns, conds)
+            rejects.append(result)
+    pos = np.array(fast.accepted_at, dtype=np.int64)
+    accepted = np.empty(len(pos), dtype=object)
+    accepted[:] = [lines[i] for i in fast.accepted_at]
+    columns = {"line_no": line_nos[pos], "pos": pos, "line": accepted}
+    return _CheckedChunk(lines, line_nos, columns, rescued, rejects, len(fast.blank_at))
 
 
-def _top_checks() -> list[str]:
-    """Conditions on the columns of the `typed` stage (all must hold)."""
-    return [
-        "j IS NOT NULL",
-        _known_once("top_keys", TOP_LEVEL_FIELDS, _present([f"j.{name}" for name in TOP_LEVEL_FIELDS]), closed=False, count="top_count"),
-        f"{_is_string('j.detection_id')} AND {_printable('v_detection_id', MAX_DETECTION_ID_CHARS)}",
-        f"{_is_string('j.camera_id')} AND regexp_full_match(v_camera_id, {_lit(CAMERA_ID_PATTERN)})",
-        f"{_is_string('j.ts')} AND regexp_full_match(v_ts, {_lit(TS_PATTERN)})",
-        f"ts >= TIMESTAMPTZ '{TS_MIN.isoformat()}' AND ts < TIMESTAMPTZ '{TS_MAX.isoformat()}'",
-        f"{_is_string('j.label')} AND {_printable('v_label', MAX_LABEL_CHARS)}",
-        f"NOT {_is_string('j.confidence')} AND confidence BETWEEN 0 AND 1",
-        f"({_is_null('j.bbox')} OR {_bbox_ok('j.bbox')})",
-        f"({_is_null('j.track_id')} OR ({_is_string('j.track_id')} AND {_printable('v_track_id', MAX_TAG_CHARS)}))",
-        f"({_is_null('j.zone')} OR ({_is_string('j.zone')} AND {_printable('v_zone', MAX_TAG_CHARS)}))",
-    ]
+# The typed values of accepted lines and the checks left to SQL (public for tests).
+FINISH_SQL = finish_sql("_hsi_columns")
 
-
-def build_check_sql(relation: str) -> str:
-    """SELECT over `relation(line_no, line)` giving ok/blank flags, the typed columns of ok rows and the text of
-    the lines that need the Python validator. Exposed for tests of the SQL/Python agreement."""
-    as_json = "{" + ", ".join(f'"{name}": "JSON"' for name in TOP_LEVEL_FIELDS) + "}"
-    enrichment = _enrichment_sql("e")
-    checks = _top_checks()
-    top_ok = " AND ".join(f"coalesce({c}, false)" for c in checks)
-    enrichment_ok = " AND ".join(f"coalesce({c}, false)" for c in enrichment.conditions)
-    en_columns = "".join(f",\n        {col}" for col in enrichment.columns)
-    return f"""
-WITH raw AS (
-    SELECT line_no, line,
-        CASE WHEN starts_with(line, '{{') THEN false ELSE regexp_full_match(line, '[ \t\r\n]*') END AS blank
-    FROM {relation}
-), parsed AS (
-    SELECT line_no, line, blank, contains(line, '\\') AS has_escape,
-        CASE WHEN NOT blank AND strlen(line) <= {MAX_LINE_BYTES}
-                  AND NOT regexp_matches(line, ',[ \\t\\r\\n]*[\\]}}]') AND json_valid(line) AND starts_with(ltrim(line), '{{')
-             THEN line END AS object_line
-    FROM raw
-), json_parsed AS (
-    -- No CASE around nested values: CASE copies structs and lists; the JSON functions return NULL for NULL.
-    SELECT *, from_json(object_line, {_lit(as_json)}) AS j, json_keys(object_line) AS top_keys, len(top_keys) AS top_count
-    FROM parsed
-), values AS (
-    SELECT *,
-        {_decoded('j.detection_id')} AS v_detection_id,
-        {_decoded('j.camera_id')} AS v_camera_id,
-        {_decoded('j.ts')} AS v_ts,
-        {_decoded('j.label')} AS v_label,
-        {_decoded('j.track_id')} AS v_track_id,
-        {_decoded('j.zone')} AS v_zone,
-        {_number('j.confidence')} AS confidence,
-        CASE WHEN NOT {_is_null('j.enrichment')} THEN {_txt('j.enrichment')} END AS e
-    FROM json_parsed
-), typed AS (
-    SELECT *, TRY_CAST(upper(v_ts) AS TIMESTAMPTZ) AS ts FROM values
-), top_checked AS (
-    SELECT *, {top_ok} AS top_ok FROM typed
-), enriched AS (
-    SELECT *{en_columns} FROM top_checked
-), checked AS (
-    SELECT *, top_ok AND (e IS NULL OR CASE WHEN e IS NULL THEN true ELSE {enrichment_ok} END) AS ok FROM enriched
-)
-SELECT line_no, blank, ok,
-    -- The values of refused rows are never read (the insert takes ok rows only), so no CASE on them.
-    CASE WHEN NOT ok AND NOT blank THEN line END AS line,
-    v_detection_id AS detection_id, v_camera_id AS camera_id, ts, v_label AS label, confidence,
-    from_json(CASE WHEN NOT {_is_null('j.bbox')} THEN {_txt('j.bbox')} END, '["DOUBLE"]') AS bbox,
-    v_track_id AS track_id, v_zone AS zone,
-    CASE WHEN e IS NOT NULL THEN j.enrichment END AS enrichment
-FROM checked
-"""
-
-
-_CHECK_SQL = build_check_sql("_hsi_chunk")
 
 _INSERT_SQL = """
 INSERT INTO detections (detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment,
@@ -412,7 +176,7 @@ SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, c
 
 # ------------------------------------------------------------------------------------------------ loading
 class _Loader:
-    """Loads chunks of one source inside the given connection, one transaction per chunk."""
+    """Loads checked chunks of one source inside the given connection, one transaction per chunk."""
 
     def __init__(self, conn: duckdb.DuckDBPyConnection, source: str, received_at: datetime) -> None:
         self.conn = conn
@@ -422,47 +186,52 @@ class _Loader:
         self.on_conflict = False  # switched on at the first chunk that re-sends known detection_ids
 
     def reject_now(self, rejection: Rejection) -> None:
-        """A line refused before SQL (undecodable, over-long); written with the next chunk."""
+        """A line refused before checking (over-long, not encodable); written with the next chunk."""
         self._pending_rejects.append(rejection)
         self.report.lines += 1
 
-    def load_chunk(self, line_nos: np.ndarray, lines: np.ndarray) -> None:
-        """Check a chunk in SQL (into a temp table: no WAL), then insert it in one transaction."""
+    def load_chunk(self, chunk: _CheckedChunk) -> None:
+        """Finish the checks in SQL (into a temp table: no WAL), then insert the chunk in one transaction."""
         conn = self.conn
-        self.report.lines += len(lines)
-        # Copy the Python strings into DuckDB first (the only step that needs the GIL), so the checks run on both
-        # cores while the reader thread prepares the next chunk.
-        conn.register("_hsi_lines", {"line_no": line_nos, "line": lines})
+        self.report.lines += len(chunk.lines)
+        self.report.blank_lines += chunk.blank
+        rescued, rejects = list(chunk.rescued), list(chunk.rejects)
+        accepted = len(chunk.columns["pos"])
+        if not accepted:
+            self._transaction(lambda: 0, rescued, rejects)
+            return
+        # Copying the Python objects into DuckDB is the only DuckDB step that needs the GIL; the rest runs on both
+        # cores while the reader thread checks the next chunk.
+        conn.register("_hsi_columns", chunk.columns)
         try:
-            conn.execute("CREATE OR REPLACE TEMP TABLE _hsi_chunk AS SELECT * FROM _hsi_lines")
+            conn.execute(f"CREATE OR REPLACE TEMP TABLE _hsi_checked AS {FINISH_SQL}")
         finally:
-            conn.unregister("_hsi_lines")
+            conn.unregister("_hsi_columns")
         try:
-            conn.execute(f"CREATE OR REPLACE TEMP TABLE _hsi_checked AS {_CHECK_SQL}")
-        finally:
-            conn.execute("DROP TABLE IF EXISTS _hsi_chunk")
-        try:
-            valid, blank, distinct = conn.execute(
-                "SELECT count(*) FILTER (WHERE ok), count(*) FILTER (WHERE blank), "
-                "count(DISTINCT detection_id) FILTER (WHERE ok) FROM _hsi_checked"
-            ).fetchone()  # type: ignore[misc]
-            refused = conn.execute(
-                "SELECT line_no, line FROM _hsi_checked WHERE NOT ok AND NOT blank ORDER BY line_no"
-            ).fetchall()
+            refused_at = [row[0] for row in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()]
+            for pos in refused_at:  # the authoritative validator decides (and names the field)
+                line_no = int(chunk.line_nos[pos])
+                result = validate_record(chunk.lines[pos], source=self.report.source, line_no=line_no)
+                if isinstance(result, Detection):
+                    rescued.append((line_no, result))
+                else:
+                    rejects.append(result)
             rows = "SELECT * FROM _hsi_checked WHERE ok"
-            inserted = self._transaction(lambda: self._insert(rows, dedupe=distinct < valid), refused)
+            valid, distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT detection_id) FROM _hsi_checked WHERE ok"
+            ).fetchone()  # type: ignore[misc]
+            inserted = self._transaction(lambda: self._insert(rows, dedupe=distinct < valid), rescued, rejects)
         finally:
             conn.execute("DROP TABLE IF EXISTS _hsi_checked")
-        self.report.blank_lines += blank
         self.report.loaded += inserted
         self.report.duplicates += valid - inserted
 
     def flush_rejects(self) -> None:
         if self._pending_rejects:
-            self._transaction(lambda: 0, [])
+            self._transaction(lambda: 0, [], [])
 
-    def _transaction(self, insert: Any, refused: list[tuple[int, str]]) -> int:
-        """Insert the checked rows and settle the refused lines in one transaction. The plain insert is tried
+    def _transaction(self, insert: Any, rescued: list[tuple[int, Detection]], rejects: list[Rejection]) -> int:
+        """Insert the checked rows, the rescued ones and the rejects in one transaction. The plain insert is tried
         first (one index probe per row); if a detection_id is already stored it fails, and the chunk is redone
         with ON CONFLICT DO NOTHING, which the rest of the file then keeps using."""
         conn = self.conn
@@ -472,7 +241,10 @@ class _Loader:
             conn.execute("BEGIN TRANSACTION")
             try:
                 inserted = insert()
-                self._settle(refused)
+                if rescued:
+                    self._insert_detections(rescued)
+                if rejects or self._pending_rejects:
+                    self._quarantine(self._pending_rejects + rejects)
                 conn.execute("COMMIT")
                 self._pending_rejects = []
                 return inserted
@@ -490,21 +262,6 @@ class _Loader:
         sql = _INSERT_SQL.format(rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else "")
         row = self.conn.execute(sql, self.params).fetchone()
         return int(row[0]) if row else 0
-
-    def _settle(self, refused: list[tuple[int, str]]) -> None:
-        """The authoritative validator decides on every line SQL did not accept."""
-        rescued: list[tuple[int, Detection]] = []
-        rejects = list(self._pending_rejects)
-        for line_no, line in refused:
-            result = validate_record(line, source=self.report.source, line_no=line_no)
-            if isinstance(result, Detection):
-                rescued.append((line_no, result))
-            else:
-                rejects.append(result)
-        if rescued:
-            self._insert_detections(rescued)
-        if rejects:
-            self._quarantine(rejects)
 
     def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
         obj = lambda values: np.array(values, dtype=object)  # noqa: E731
@@ -549,60 +306,28 @@ class _Loader:
 
 
 class _Chunker:
-    """Gathers decoded lines into chunks of about `chunk_lines`; hands them, and the lines refused while
-    decoding, to the given callbacks."""
+    """Gathers lines into chunks of about `chunk_lines`, checks each (see check_chunk) and hands it on."""
 
-    def __init__(self, source: str, chunk_lines: int, on_chunk: Any, on_reject: Any) -> None:
+    def __init__(self, source: str, chunk_lines: int, on_chunk: Any) -> None:
         self.source = source
         self.chunk_lines = chunk_lines
         self.on_chunk = on_chunk
-        self.on_reject = on_reject
         self.nos: list[np.ndarray] = []
-        self.texts: list[list[str]] = []
-        self.count = 0
+        self.lines: list[bytes] = []
         self.size = 0
 
-    def add(self, nos: np.ndarray, lines: list[str]) -> None:
+    def add(self, nos: np.ndarray, lines: list[bytes]) -> None:
+        """Lines with their line numbers."""
         self.nos.append(nos)
-        self.texts.append(lines)
-        self.count += len(lines)
+        self.lines.extend(lines)
         self.size += sum(map(len, lines))
-        if self.count >= self.chunk_lines or self.size >= CHUNK_BYTES:
+        if len(self.lines) >= self.chunk_lines or self.size >= CHUNK_BYTES:
             self.flush()
 
-    def add_raw(self, first_no: int, raw_lines: list[bytes]) -> None:
-        """Lines of a block numbered from `first_no`, decoded in as few pieces as possible: a line with invalid
-        UTF-8 is cut out and refused with the reason, the rest of the block still decodes at once."""
-        block = b"\n".join(raw_lines)
-        start, line_no = 0, first_no
-        while start <= len(block):
-            try:
-                lines = block[start:].decode("utf-8").split("\n")
-            except UnicodeDecodeError as exc:
-                bad = start + exc.start
-                line_start = block.rfind(b"\n", start, bad) + 1 or start
-                line_end = block.find(b"\n", bad)
-                line_end = len(block) if line_end < 0 else line_end
-                if line_start > start:  # the whole lines before the bad one decode (the error is past them)
-                    lines = block[start : line_start - 1].decode("utf-8").split("\n")
-                    self.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
-                    line_no += len(lines)
-                self.on_reject(validate_record(block[line_start:line_end], source=self.source, line_no=line_no))
-                line_no += 1
-                start = line_end + 1
-                continue
-            self.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
-            break
-
     def flush(self) -> None:
-        if self.count:
-            lines = np.empty(self.count, dtype=object)
-            position = 0
-            for part in self.texts:
-                lines[position : position + len(part)] = part
-                position += len(part)
-            self.on_chunk(np.concatenate(self.nos), lines)
-        self.nos, self.texts, self.count, self.size = [], [], 0, 0
+        if self.lines:
+            self.on_chunk(check_chunk(np.concatenate(self.nos), self.lines, self.source))
+        self.nos, self.lines, self.size = [], [], 0
 
 
 @contextmanager
@@ -665,7 +390,7 @@ class _Stopped(Exception):
 
 
 def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
-    """A reader thread cuts and decodes the next chunk while DuckDB (which releases the GIL) loads this one."""
+    """A reader thread cuts and checks the next chunk while DuckDB (which releases the GIL) loads this one."""
     items: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
@@ -680,9 +405,7 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
 
     def produce() -> None:
         try:
-            chunker = _Chunker(
-                loader.report.source, chunk_lines, lambda nos, lines: put(("chunk", nos, lines)), lambda r: put(("reject", r))
-            )
+            chunker = _Chunker(loader.report.source, chunk_lines, lambda chunk: put(("chunk", chunk)))
             first_block = True
             for item in _read_blocks(stream, READ_BLOCK_BYTES):
                 if isinstance(item, _LongLine):
@@ -693,7 +416,7 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
                 if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
                     lines[0] = lines[0][3:]  # a UTF-8 byte order mark from Windows tools
                 first_block = False
-                chunker.add_raw(line_no, lines)
+                chunker.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
             chunker.flush()
             put(("end",))
         except _Stopped:
@@ -825,32 +548,27 @@ def ingest_lines(
 
     def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
         loader = _Loader(conn, source, datetime.now(timezone.utc))
-        chunker = _Chunker(source, chunk_lines, loader.load_chunk, loader.reject_now)
+        chunker = _Chunker(source, chunk_lines, loader.load_chunk)
         nos: list[int] = []
-        texts: list[str] = []
+        raws: list[bytes] = []
         for line_no, line in enumerate(lines, start=1):
             if isinstance(line, str):
-                text = line[:-1] if line.endswith("\n") else line
+                line = line[:-1] if line.endswith("\n") else line
                 try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    loader.reject_now(validate_record(text, source=source, line_no=line_no))  # type: ignore[arg-type]
+                    raw = line.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate
+                    loader.reject_now(validate_record(line, source=source, line_no=line_no))  # type: ignore[arg-type]
                     continue
             else:
                 raw = bytes(line)
                 raw = raw[:-1] if raw.endswith(b"\n") else raw
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    loader.reject_now(validate_record(raw, source=source, line_no=line_no))  # type: ignore[arg-type]
-                    continue
             nos.append(line_no)
-            texts.append(text)
-            if len(texts) >= 8192:
-                chunker.add(np.array(nos, dtype=np.int64), texts)
-                nos, texts = [], []
-        if texts:
-            chunker.add(np.array(nos, dtype=np.int64), texts)
+            raws.append(raw)
+            if len(raws) >= 8192:
+                chunker.add(np.array(nos, dtype=np.int64), raws)
+                nos, raws = [], []
+        if raws:
+            chunker.add(np.array(nos, dtype=np.int64), raws)
         chunker.flush()
         loader.flush_rejects()
         return loader.report

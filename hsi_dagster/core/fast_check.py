@@ -1,0 +1,197 @@
+"""The fast path of ingestion: each line checked against a typed schema by msgspec (in C), compiled from the contract.
+
+`validate_record` stays the authoritative validator. This check is only allowed to be *stricter*: a line it
+accepts is one `validate_record` accepts with the same values; every other line goes to `validate_record` for
+the verdict and the reason. To stay stricter where msgspec is more lenient than the contract, it also requires:
+- no duplicate and no unknown key: msgspec keeps the last copy of a key and skips unknown ones unread, so the
+  line's ':' count must equal the count in msgspec's re-encoding of what it decoded (':' only occurs after a key
+  or inside a string, and re-encoding a string keeps its ':'s as they are, unless one was escaped as \\u003a:
+  such lines are left to the validator);
+- enrichment at most half of its byte bound (a fifth with unknown keys), so its compact form as Python prints
+  it stays in bound.
+msgspec itself refuses raw control characters, invalid UTF-8, lone surrogates, NaN and numbers that overflow.
+The accepted lines are then parsed once more, in bulk, by DuckDB (`finish_sql`: a typed from_json, exact once
+msgspec has checked every type), which also does what a regex or a date does better vectorized: the camera_id
+pattern, no control characters in ids, labels and tags, the ts pattern and range, the bbox order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from hsi_dagster.core.detections import (
+    BBOX,
+    BOOL,
+    CAMERA_ID_PATTERN,
+    ENRICHMENT_SPEC,
+    LIGHTING,
+    LIGHTING_VALUES,
+    MAX_DETECTION_ID_CHARS,
+    MAX_ENRICHMENT_BYTES,
+    MAX_LABEL_CHARS,
+    MAX_LINE_BYTES,
+    MAX_LIST_ITEMS,
+    MAX_TAG_CHARS,
+    MAX_TEXT_CHARS,
+    NONNEG,
+    TEXT,
+    TS_MAX,
+    TS_MIN,
+    TS_PATTERN,
+    UNIT,
+    Leaf,
+    ListOf,
+    Obj,
+    Spec,
+)
+
+_Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
+_BBox = tuple[_Unit, _Unit, _Unit, _Unit]
+_LEAF_TYPES: dict[str, Any] = {
+    TEXT: Annotated[str, Meta(max_length=MAX_TEXT_CHARS)],
+    UNIT: _Unit,
+    NONNEG: Annotated[float, Meta(ge=0.0)],  # msgspec refuses NaN, Infinity and numbers that overflow
+    BOOL: bool,
+    LIGHTING: Literal[LIGHTING_VALUES],  # type: ignore[valid-type]
+    BBOX: _BBox,
+}
+
+
+def _check_bbox_order(self: Any) -> None:
+    if isinstance(self.bbox, tuple) and not (self.bbox[0] < self.bbox[2] and self.bbox[1] < self.bbox[3]):
+        raise ValueError("bbox: x1 < x2 and y1 < y2")
+
+
+def _msgspec_type(spec: Spec, name: str) -> Any:
+    """Every known field is optional and may be null; absent stays UNSET, so re-encoding writes only what was read."""
+    if isinstance(spec, Leaf):
+        return Union[tuple(_LEAF_TYPES[kind] for kind in spec.kinds)]
+    if isinstance(spec, ListOf):
+        return Annotated[list[_msgspec_type(spec.item, name + "_item")], Meta(max_length=MAX_LIST_ITEMS)]  # type: ignore[misc]
+    fields = [(key, _msgspec_type(sub, f"{name}_{key}") | None | UnsetType, UNSET) for key, sub in spec.fields.items()]
+    has_bbox = any(isinstance(sub, Leaf) and BBOX in sub.kinds for sub in spec.fields.values())
+    namespace = {"__post_init__": _check_bbox_order} if has_bbox else None
+    return msgspec.defstruct(name, fields, namespace=namespace, gc=False)
+
+
+_Enrichment = _msgspec_type(Obj(dict(ENRICHMENT_SPEC)), "Enrichment")
+
+
+def _text(max_chars: int) -> Any:
+    return Annotated[str, Meta(min_length=1, max_length=max_chars)]
+
+
+class _Record(msgspec.Struct, gc=False):
+    """The contract's top level; the enrichment is kept as raw JSON (stored as is) and checked separately."""
+
+    detection_id: _text(MAX_DETECTION_ID_CHARS)  # type: ignore[valid-type]
+    camera_id: _text(64)  # type: ignore[valid-type]
+    ts: _text(64)  # type: ignore[valid-type]
+    label: _text(MAX_LABEL_CHARS)  # type: ignore[valid-type]
+    confidence: _Unit
+    bbox: _BBox | None | UnsetType = UNSET
+    track_id: _text(MAX_TAG_CHARS) | None | UnsetType = UNSET  # type: ignore[valid-type]
+    zone: _text(MAX_TAG_CHARS) | None | UnsetType = UNSET  # type: ignore[valid-type]
+    enrichment: msgspec.Raw | UnsetType = UNSET
+
+
+_RECORD = msgspec.json.Decoder(_Record)
+_ENRICHMENT = msgspec.json.Decoder(_Enrichment)
+_ENCODE = msgspec.json.Encoder().encode
+_ENRICHMENT_PARTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ANY = msgspec.json.Decoder()
+# validate_record bounds the enrichment's compact JSON as Python prints it. Known numbers grow at most 1.25x
+# (1E-5 -> 1e-05) but for three unbounded ones; unknown content can hold any number (1e15 -> 1000000000000000.0, 4.5x).
+_MAX_RAW_ENRICHMENT = MAX_ENRICHMENT_BYTES // 2
+_MAX_RAW_WITH_UNKNOWN = MAX_ENRICHMENT_BYTES // 5
+
+_CONTROL = "'[\\x00-\\x1F\\x7F]'"
+_FIELDS = {"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "confidence": "DOUBLE",
+           "bbox": "DOUBLE[]", "track_id": "VARCHAR", "zone": "VARCHAR", "enrichment": "JSON"}
+_STRUCTURE = "{" + ", ".join(f'"{name}": "{kind}"' for name, kind in _FIELDS.items()) + "}"
+_FINISH_CHECKS = [
+    "j IS NOT NULL",
+    f"regexp_full_match(j.camera_id, '{CAMERA_ID_PATTERN}')",
+    f"NOT regexp_matches(j.detection_id, {_CONTROL}) AND NOT regexp_matches(j.label, {_CONTROL})",
+    f"(j.track_id IS NULL OR NOT regexp_matches(j.track_id, {_CONTROL}))",
+    f"(j.zone IS NULL OR NOT regexp_matches(j.zone, {_CONTROL}))",
+    f"regexp_full_match(j.ts, '{TS_PATTERN}')",
+    f"ts >= TIMESTAMPTZ '{TS_MIN.isoformat()}' AND ts < TIMESTAMPTZ '{TS_MAX.isoformat()}'",
+    "(j.bbox IS NULL OR (j.bbox[1] < j.bbox[3] AND j.bbox[2] < j.bbox[4]))",
+]
+
+
+def finish_sql(relation: str) -> str:
+    """SELECT over `relation(line_no, pos, line BLOB)` of accepted lines: their typed values and `ok`, false where
+    a check left to SQL fails (those lines go to the validator too)."""
+    ok = " AND ".join(f"coalesce({check}, false)" for check in _FINISH_CHECKS)
+    return f"""
+SELECT line_no, pos, j.detection_id AS detection_id, j.camera_id AS camera_id, ts, j.label AS label,
+       j.confidence AS confidence, j.bbox AS bbox, j.track_id AS track_id, j.zone AS zone,
+       CASE WHEN j.enrichment::VARCHAR <> 'null' THEN j.enrichment END AS enrichment, {ok} AS ok
+FROM (SELECT *, TRY_CAST(upper(j.ts) AS TIMESTAMPTZ) AS ts
+      FROM (SELECT line_no, pos, from_json(try(decode(line)), '{_STRUCTURE}') AS j FROM {relation}))
+"""
+
+
+@dataclass
+class FastChunk:
+    """Where each line of a chunk goes: accepted, blank, or to the authoritative validator."""
+
+    accepted_at: list[int] = field(default_factory=list)
+    refused_at: list[int] = field(default_factory=list)
+    blank_at: list[int] = field(default_factory=list)
+
+
+def _accept(line: bytes) -> bool:
+    if len(line) > MAX_LINE_BYTES or (b"\\" in line and (b"\\u003a" in line or b"\\u003A" in line)):
+        return False
+    try:
+        record = _RECORD.decode(line)
+        if line.count(b":") != _ENCODE(record).count(b":"):
+            return False
+        raw = record.enrichment
+        if raw is UNSET:
+            return True
+        text = bytes(raw)
+        if text == b"null":
+            return True
+        if len(text) > _MAX_RAW_ENRICHMENT:
+            return False
+        return _ENCODE(_ENRICHMENT.decode(text)).count(b":") == text.count(b":") or _with_unknown_keys(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return False
+
+
+def _with_unknown_keys(text: bytes) -> bool:
+    """Second chance for an enrichment with keys the contract does not know (a new vision model): they are kept
+    uninterpreted, as validate_record does, once the known ones check out and no key repeats."""
+    if len(text) > _MAX_RAW_WITH_UNKNOWN:
+        return False
+    colons = known_colons = 0
+    for key, value in _ENRICHMENT_PARTS.decode(text).items():
+        value_bytes = bytes(value)
+        colons += 1 + value_bytes.count(b":")
+        if key in ENRICHMENT_SPEC:
+            known_colons += 1 + value_bytes.count(b":")
+        else:
+            _ANY.decode(value_bytes)  # valid JSON and UTF-8 throughout, no NaN (msgspec skips unknown content unread)
+    return colons == text.count(b":") and _ENCODE(_ENRICHMENT.decode(text)).count(b":") == known_colons
+
+
+def fast_check(lines: list[bytes]) -> FastChunk:
+    """Split the lines into accepted ones, blank ones and the ones for the authoritative validator."""
+    chunk = FastChunk()
+    accepted, refused, blank, accept = chunk.accepted_at.append, chunk.refused_at.append, chunk.blank_at.append, _accept
+    for index, line in enumerate(lines):
+        if accept(line):
+            accepted(index)
+        elif line.strip(b" \t\r\n"):
+            refused(index)
+        else:
+            blank(index)
+    return chunk
