@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -41,7 +42,8 @@ WAVE_TIMEOUT_S = 600.0
 
 
 def p90(values: list[float]) -> float:
-    return sorted(values)[int(0.9 * (len(values) - 1))]
+    """Nearest-rank 90th percentile (the largest value for fewer than 10 batches)."""
+    return sorted(values)[math.ceil(0.9 * len(values)) - 1]
 
 
 def _stop_group(proc: subprocess.Popen, timeout: float = 20.0) -> None:
