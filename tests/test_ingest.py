@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from hsi_dagster.core.detections import Detection, Rejection, validate_record
 from hsi_dagster.core.simulate import bad_lines, encode_record, simulate, write_jsonl
-from hsi_dagster.ingest import FINISH_SQL, IngestError, already_ingested, check_chunk, ingest_files, ingest_lines
+from hsi_dagster.core.fast_check import finish_sql
+from hsi_dagster.ingest import IngestError, already_ingested, check_chunk, ingest_files, ingest_lines
 from hsi_dagster.storage.db import connect
 
 START = datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc)
@@ -272,7 +273,7 @@ def sql_check(lines: list[str]) -> list[dict]:
     if len(chunk.columns["pos"]):
         conn = _CONN.cursor()
         conn.register("_hsi_columns", chunk.columns)
-        cursor = conn.execute(FINISH_SQL)
+        cursor = conn.execute(finish_sql("_hsi_columns"))
         names = [d[0] for d in cursor.description]
         accepted = {row["pos"]: row for row in (dict(zip(names, values)) for values in cursor.fetchall())}
     return [accepted.get(i, {"ok": False, "line_no": i}) for i in range(len(lines))]

@@ -126,15 +126,15 @@ _FINISH_CHECKS = [
 
 
 def finish_sql(relation: str) -> str:
-    """SELECT over `relation(line_no, pos, line BLOB)` of accepted lines: their typed values and `ok`, false where
-    a check left to SQL fails (those lines go to the validator too)."""
+    """SELECT over `relation(line_no, pos, line)` of accepted lines: their typed values and `ok`, false where a
+    check left to SQL fails (those lines go to the validator too; `try` keeps one odd line from failing them all)."""
     ok = " AND ".join(f"coalesce({check}, false)" for check in _FINISH_CHECKS)
     return f"""
 SELECT line_no, pos, j.detection_id AS detection_id, j.camera_id AS camera_id, ts, j.label AS label,
        j.confidence AS confidence, j.bbox AS bbox, j.track_id AS track_id, j.zone AS zone,
        CASE WHEN j.enrichment::VARCHAR <> 'null' THEN j.enrichment END AS enrichment, {ok} AS ok
 FROM (SELECT *, TRY_CAST(upper(j.ts) AS TIMESTAMPTZ) AS ts
-      FROM (SELECT line_no, pos, from_json(try(decode(line)), '{_STRUCTURE}') AS j FROM {relation}))
+      FROM (SELECT line_no, pos, try(from_json(line, '{_STRUCTURE}')) AS j FROM {relation}))
 """
 
 

@@ -114,6 +114,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "drop the (camera_id, ts) index",
+        # DuckDB's ART indexes serve point lookups only; the range reads by camera and time use zone maps. The
+        # index cost ~5 % of every bulk insert and sped up nothing (bench/batch_query_bench.py, bench/ingest_bench.py).
+        "DROP INDEX IF EXISTS detections_camera_ts;",
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
