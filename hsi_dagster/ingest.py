@@ -1,18 +1,17 @@
 """Bulk, idempotent loading of detection files (JSON Lines, optionally gzipped) into DuckDB.
 
-Design (measured with bench/ingest_bench.py; pure-Python validation runs at ~10k lines/s here):
+Design (measured with bench/ingest_bench.py; the Python validator alone runs at ~10k lines/s here):
 - A reader thread cuts the file into lines block by block (never the whole file; a line too long to be a record
-  is skipped without being held) and checks each chunk of lines with `core.fast_check` (msgspec, in C). The
-  lines it refuses go to `core.detections.validate_record`, the authoritative
-  validator, which loads them after all or quarantines them with the reason naming the field. The fast check
-  is stricter than the validator, so both always agree on what is loaded (tests/test_ingest.py fuzzes this),
-  and reasons come from one place.
-- Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) copy the
-  previous chunk's accepted lines into a temp table (no WAL) with their typed values and the checks that are
-  cheaper vectorized (`fast_check.finish_sql`), and insert the good rows into
-  `detections` in one transaction per chunk. The plain insert is tried first (one index probe per row); once a
-  file re-sends a known detection_id it switches to `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op.
-  Quarantine rows are keyed by (source, line_no).
+  is skipped without being held) and checks each chunk with `core.fast_check` (msgspec, in C). The lines it
+  refuses go to `core.detections.validate_record`, the authoritative validator, which loads them after all or
+  quarantines them with the reason naming the field. The fast check is stricter than the validator, so both
+  always agree on what is loaded (tests/test_ingest.py fuzzes this), and reasons come from one place. The reader
+  then copies the accepted lines into an in-memory DuckDB staging table (the one step that needs the GIL).
+- Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) parse the
+  previous chunk's staged lines into a temp table (no WAL) with the checks that are cheaper vectorized
+  (`fast_check.finish_sql`), and insert the good rows into `detections` in one transaction per chunk. The plain
+  insert is tried first (one index probe per row); once a file re-sends a known detection_id it switches to
+  `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op. Quarantine rows are keyed by (source, line_no).
 
 Late detections: a detection is `is_late` when, at the moment it is loaded, its camera already has a recorded
 regular (not fast-path) batch closing after the detection's ts: processing had passed its time when it
