@@ -3,9 +3,9 @@
 Runs execute in PARALLEL worker PROCESSES, each running batches one after another in-process (`execute_in_process`
 on the DAGSTER_HOME instance). Why not threads: Dagster's in-process execution is not thread-safe (logging set-up
 deadlocks). Why not one process per run (the daemon's default launcher): 2-3 s of start-up per batch. Why not more
-workers than slots: a step blocked on a full pool polls with a back-off of up to 15 s, which leaves slots idle;
-with PARALLEL workers the `llama_slots` pool never blocks here, and it still guards the slots against other runs
-(the sensor's, the UI's). DuckDB writes are short transactions that wait out each other's file lock.
+workers than slots: PARALLEL workers are what keeps this command to PARALLEL LLM calls (pools have run
+granularity, see dagster.yaml: they gate the daemon's launches, not in-process steps). DuckDB writes are short
+transactions that wait out each other's file lock.
 """
 
 from __future__ import annotations

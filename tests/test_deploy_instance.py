@@ -71,7 +71,7 @@ def test_instance_has_the_docker_launcher_queue_and_pools(sqlite_home):
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
         concurrency = instance.get_concurrency_config()
         assert concurrency.pool_config.default_pool_limit == 1
-        assert concurrency.pool_config.pool_granularity.value == "op"
+        assert concurrency.pool_config.pool_granularity.value == "run"
         assert concurrency.run_queue_config.max_concurrent_runs == 4
 
 
