@@ -22,7 +22,7 @@ RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 INBOX_PATTERNS = ("*.jsonl", "*.jsonl.gz")
 
 
-@dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
 def batch_window_sensor(context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource,
                         pipeline_settings: PipelineSettingsResource) -> dg.SensorResult | dg.SkipReason:
     """Each closed window once (run_key = batch_id), failed ones again after a back-off; read-only and capped."""
