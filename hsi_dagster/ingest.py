@@ -60,7 +60,7 @@ class FileReport:
     duplicates: int = 0
     quarantined: int = 0
     blank_lines: int = 0
-    rescued: int = 0  # refused by the SQL fast path, accepted by the authoritative validator (diagnostic)
+    rescued: int = 0  # refused by the fast check, accepted by the authoritative validator (diagnostic)
     skipped: bool = False  # already ingested with the same size and mtime
 
 
@@ -129,6 +129,19 @@ class _CheckedChunk:
     blank: int
 
 
+def validate_refused(lines: list[bytes], line_nos: np.ndarray, indices: Iterable[int], source: str,
+                     rescued: list[tuple[int, Detection]], rejects: list[Rejection]) -> None:
+    """The authoritative validator decides on each line a fast check refused: loaded after all, or quarantined
+    with the reason naming the field."""
+    for index in indices:
+        line_no = int(line_nos[index])
+        result = validate_record(lines[index], source=source, line_no=line_no)
+        if isinstance(result, Detection):
+            rescued.append((line_no, result))
+        else:
+            rejects.append(result)
+
+
 def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> _CheckedChunk:
     """Fast check, then the authoritative validator on every line the fast check did not accept."""
     fast = fast_check(lines)
@@ -144,13 +157,7 @@ def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> _Check
             fast.refused_at.append(index)
     rescued: list[tuple[int, Detection]] = []
     rejects: list[Rejection] = []
-    for index in fast.refused_at:
-        line_no = int(line_nos[index])
-        result = validate_record(lines[index], source=source, line_no=line_no)
-        if isinstance(result, Detection):
-            rescued.append((line_no, result))
-        else:
-            rejects.append(result)
+    validate_refused(lines, line_nos, fast.refused_at, source, rescued, rejects)
     pos = np.array(kept, dtype=np.int64)
     accepted = np.empty(len(kept), dtype=object)
     accepted[:] = texts
@@ -216,13 +223,8 @@ class _Loader:
         finally:
             conn.execute(f"DROP TABLE IF EXISTS {staged}") if staged else conn.unregister("_hsi_columns")
         try:
-            for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall():
-                line_no = int(chunk.line_nos[pos])  # the authoritative validator decides (and names the field)
-                result = validate_record(chunk.lines[pos], source=self.report.source, line_no=line_no)
-                if isinstance(result, Detection):
-                    self._rescued.append((line_no, result))
-                else:
-                    self._rejects.append(result)
+            refused = [pos for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()]
+            validate_refused(chunk.lines, chunk.line_nos, refused, self.report.source, self._rescued, self._rejects)
             valid, distinct = conn.execute(
                 "SELECT count(*), count(DISTINCT detection_id) FROM _hsi_checked WHERE ok"
             ).fetchone()  # type: ignore[misc]

@@ -66,7 +66,7 @@ def test_good_lines_load_and_each_bad_one_is_quarantined_naming_its_field(tmp_pa
     db = tmp_path / "hsi.duckdb"
     report = ingest_files(db, [path])
     assert report.loaded == len(good) and report.quarantined == len(expected_bad) == 200
-    assert report.files[0].rescued == 0  # every simulated record passed the SQL fast path
+    assert report.files[0].rescued == 0  # every simulated record passed the fast path
     stored = {r[0] for r in rows(db, "SELECT detection_id FROM detections")}
     assert stored == {r["detection_id"] for r in good}
     quarantined = {line_no: (reason, raw, source) for source, line_no, raw, reason in
@@ -190,7 +190,7 @@ def test_ingest_lines_works_inside_an_open_connection(tmp_path: Path) -> None:
         assert conn.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0] is True
 
 
-# ---- the SQL fast path never accepts what the validator refuses -------------------------------------------
+# ---- the fast path never accepts what the validator refuses -------------------------------------------
 CORPUS = [json.dumps(r) for r in good_records(60, seed=9)]
 ENRICHED = [line for line in CORPUS if '"enrichment"' in line]
 SPECIAL = ["NaN", "Infinity", "-Infinity", "1e400", "-0", "1E2", "0.5e-1", '"\\u0041"', '"\\ud800"', '"a\\u0001"', '"\\n"',
@@ -264,7 +264,7 @@ _CONN = duckdb.connect()
 _CONN.execute("SET TimeZone = 'UTC'")
 
 
-def sql_check(lines: list[str]) -> list[dict]:
+def fast_path(lines: list[str]) -> list[dict]:
     """The fast path over these lines (msgspec, then the SQL finish): per line whether it is accepted, with the
     values it would store."""
     raws = [line.encode("utf-8") for line in lines]
@@ -293,32 +293,32 @@ def assert_agrees(sql_row: dict, text: str) -> None:
     assert stored == result.enrichment  # numerically: the fast path re-prints a known number (0 -> 0.0)
 
 
-def test_sql_accepts_the_simulated_corpus_with_the_validators_values() -> None:
-    for row, text in zip(sql_check(CORPUS), CORPUS):
+def test_fast_path_accepts_the_simulated_corpus_with_the_validators_values() -> None:
+    for row, text in zip(fast_path(CORPUS), CORPUS):
         assert row["ok"], text
         assert_agrees(row, text)
 
 
-def test_sql_refuses_every_generated_bad_line() -> None:
+def test_fast_path_refuses_every_generated_bad_line() -> None:
     lines = []
     for item in bad_lines(4, 300):
         try:
             lines.append(item.line.decode("utf-8"))
         except UnicodeDecodeError:
             continue
-    assert not any(row["ok"] for row in sql_check(lines))
+    assert not any(row["ok"] for row in fast_path(lines))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(mutated_lines(), min_size=1, max_size=40))
-def test_sql_never_accepts_what_the_validator_refuses(lines: list[str]) -> None:
+def test_fast_path_never_accepts_what_the_validator_refuses(lines: list[str]) -> None:
     lines = [line for line in lines if _is_utf8(line)]
-    for row, text in zip(sql_check(lines), lines):
+    for row, text in zip(fast_path(lines), lines):
         assert_agrees(row, text)
 
 
 def _is_utf8(text: str) -> bool:
-    """Only text that can reach DuckDB: lines with lone surrogates are refused before the SQL check."""
+    """Only text that can reach DuckDB: lines with lone surrogates are refused before the fast check."""
     try:
         text.encode("utf-8")
         return True
@@ -330,16 +330,16 @@ def test_an_escaped_colon_cannot_hide_a_duplicate_key() -> None:
     """The fast check finds repeated keys by counting ':'; an escaped one (\\u003a) would offset a lost copy."""
     record = good_records(1)[0]
     text = json.dumps(dict(record, label="x")).replace('"label": "x"', '"label": "a\\u003a", "label": "y"')
-    assert not sql_check([text])[0]["ok"]
+    assert not fast_path([text])[0]["ok"]
     assert isinstance(validate_record(text, source="t", line_no=1), Rejection)
 
 
-def test_refused_by_sql_but_valid_lines_still_load(tmp_path: Path) -> None:
+def test_refused_by_the_fast_path_but_valid_lines_still_load(tmp_path: Path) -> None:
     """Unknown nested fields take the slow path, and still load."""
     record = dict(good_records(1)[0], enrichment={"scene": {"lighting": "day", "tilt": 2}, "clip": [{"label": "a", "score": 0.5, "rank": 1}]})
     record["label"] = "caf\u00e9"
     text = json.dumps(record, ensure_ascii=True)
-    (row,) = sql_check([text])
+    (row,) = fast_path([text])
     assert not row["ok"]
     report = ingest_lines(tmp_path / "hsi.duckdb", [text])
     assert report.loaded == 1 and report.files[0].rescued == 1
