@@ -75,13 +75,13 @@ class Lane:
 
     def apply_pool_limits(self) -> None:
         """The pool limits `hsi` sets on its instance (llama_slots = PARALLEL, duckdb_writes = 1)."""
-        code = ("from hsi_dagster.instance import get_instance; from hsi_dagster.settings import load_settings; "
+        code = ("from hsi_dagster.cli.instance import get_instance; from hsi_dagster.settings import load_settings; "
                 "get_instance(load_settings())")
         subprocess.run([sys.executable, "-c", code], env=self.env, cwd=ROOT, check=True)
 
     def ingest(self, lines: list[str]) -> float:
         """Load the wave's detections; returns the wall-clock time when they are visible (epoch seconds)."""
-        from hsi_dagster.ingest import ingest_lines
+        from hsi_dagster.storage.ingest import ingest_lines
 
         ingest_lines(self.db, lines)
         return time.time()
@@ -99,9 +99,9 @@ class Lane:
 def batches_of(records: list[dict], scratch_db: str) -> list[tuple[str, list[str]]]:
     """The closed batches of the records in chronological order, each with its detections as JSON lines (ingesting
     them in this order gives every lane the same batches, none of them late)."""
-    from hsi_dagster.batch_store import pending_closed_batches
+    from hsi_dagster.storage.batches import pending_closed_batches
     from hsi_dagster.core.batching import BatchRules
-    from hsi_dagster.ingest import ingest_lines
+    from hsi_dagster.storage.ingest import ingest_lines
     from hsi_dagster.settings import load_settings
     from hsi_dagster.storage.db import connect
 
@@ -191,7 +191,7 @@ def main() -> int:
                 "DAGSTER_DISABLE_TELEMETRY": "1"}
     os.environ.update({k: v for k, v in base_env.items() if k != "DAGSTER_HOME"})
     os.environ["DAGSTER_HOME"] = str(work)  # never the repository's .dagster_home
-    from hsi_dagster.core.simulate import simulate
+    from hsi_dagster.synthetic.streams import simulate
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
 
     # Ctrl-C and SIGTERM both unwind through the finally below.

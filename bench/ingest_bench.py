@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hsi_dagster.core import simulate as sim  # noqa: E402
-from hsi_dagster.ingest import ingest_files  # noqa: E402
+from hsi_dagster.synthetic import streams as sim  # noqa: E402
+from hsi_dagster.storage.ingest import ingest_files  # noqa: E402
 
 TARGET_PER_S = 100_000
 BAD_FRACTION = 0.001

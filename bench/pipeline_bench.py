@@ -72,12 +72,12 @@ def main() -> int:
         "PARALLEL": str(args.parallel), "ANALYSIS_WORKER_COUNT": str(args.parallel), "THREADS": "2",
         "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens), "PROMPT_SAFETY_MARGIN_TOKENS": "256",
     })
-    from hsi_dagster.batch_store import pending_closed_batches, record_batch
+    from hsi_dagster.storage.batches import pending_closed_batches, record_batch
     from hsi_dagster.core.batching import BatchRules
-    from hsi_dagster.core.simulate import simulate
-    from hsi_dagster.ingest import ingest_lines
+    from hsi_dagster.synthetic.streams import simulate
+    from hsi_dagster.storage.ingest import ingest_lines
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
-    from hsi_dagster.runner import process
+    from hsi_dagster.cli.process import process
     from hsi_dagster.settings import load_settings
     from hsi_dagster.storage.db import connect
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from hsi_dagster.calibration import synthetic_batch  # noqa: E402
+from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import build_sections  # noqa: E402

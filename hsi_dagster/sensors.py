@@ -7,9 +7,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from hsi_dagster.alerts import raise_alert, risk_alert_for, unassessed_fast_path_alert
+from hsi_dagster.storage.alerts import raise_alert, risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.assets.ingest import IngestConfig
-from hsi_dagster.batch_store import pending_closed_batches
+from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.core.window_cursor import WindowCursor, plan_tick
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job

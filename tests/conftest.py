@@ -4,4 +4,4 @@ import os
 
 os.environ["HSI_ENV_FILE"] = os.devnull
 
-pytest_plugins = ["tests.llm_fixtures"]
+pytest_plugins = ["tests.support.llm_fixtures"]

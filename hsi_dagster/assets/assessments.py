@@ -8,7 +8,7 @@ import dagster as dg
 
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment, level_for_score, parse_assessment, repair_messages
-from hsi_dagster.instance import LLAMA_SLOTS_POOL
+from hsi_dagster.partitions import LLAMA_SLOTS_POOL
 from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource

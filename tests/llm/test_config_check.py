@@ -1,0 +1,112 @@
+"""`hsi config check` flags combinations that are each valid but do not work together, naming the variable."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from hsi_dagster.llm.config_check import Finding, add_config_check_arguments, check_config, run_config_check
+from hsi_dagster.llm.model_files import bundled_smollm2_path
+from hsi_dagster.llm.planner import read_metadata
+from hsi_dagster.settings import load_settings
+from tests.llm.test_planner import nemotron_q4km_like
+
+BASE = {"MODEL_PATH": "/models/m.gguf", "ANALYSIS_WORKER_COUNT": 2, "PARALLEL": 2}
+
+
+def findings(meta=None, **overrides) -> dict[str, Finding]:
+    settings = load_settings("/nonexistent.env", **{**BASE, **overrides})
+    result = check_config(settings, meta)
+    most_severe: dict[str, Finding] = {}
+    for finding in result:  # errors come first
+        most_severe.setdefault(finding.variable, finding)
+    return most_severe
+
+
+def test_consistent_defaults_have_no_findings():
+    assert findings() == {}
+    # on the hybrid model the only remark is that the default CACHE_REUSE=256 cannot shift its KV cache
+    assert [(f.level, f.variable) for f in findings(nemotron_q4km_like()).values()] == [("info", "CACHE_REUSE")]
+
+
+@pytest.mark.parametrize(("workers", "phrase"), [(4, "wait inside the server"), (1, "sit idle")])
+def test_worker_count_should_match_the_slots(workers, phrase):
+    finding = findings(ANALYSIS_WORKER_COUNT=workers)["ANALYSIS_WORKER_COUNT"]
+    assert finding.level == "warning" and phrase in finding.message
+
+
+def test_per_slot_context_must_hold_prompt_and_output():
+    # 7168 / 2 = 3584 per slot - 1536 output - 256 margin = 1792 tokens: below 2 x the minimal prompt
+    tight = findings(CTX_SIZE=7168)["CTX_SIZE"]
+    assert tight.level == "warning" and "1792 prompt tokens" in tight.message
+    assert "CTX_SIZE" not in findings(CTX_SIZE=8192)  # 2304 tokens
+    broken = findings(CTX_SIZE=7168, PROMPT_SAFETY_MARGIN_TOKENS=1600)["CTX_SIZE"]
+    assert broken.level == "error"
+
+
+def test_slot_beyond_the_training_context_is_flagged():
+    meta = read_metadata(bundled_smollm2_path())
+    assert "training context (8192)" in findings(meta)["CTX_SIZE"].message  # 16384 per slot
+
+
+def test_kv_quantization_on_a_hybrid_model_is_a_warning_with_the_saving():
+    meta = nemotron_q4km_like()
+    finding = findings(meta, CACHE_TYPE_K="q8_0", CACHE_TYPE_V="q8_0")["CACHE_TYPE_K"]
+    # 32768 cells x (6144 - 3264) bytes = 90 MiB
+    assert finding.level == "warning" and "saves only 90 MiB" in finding.message and "95 MiB of f32 recurrent state" in finding.message
+    assert findings(None, CACHE_TYPE_K="q8_0")["CACHE_TYPE_K"].level == "info"
+    smollm2 = read_metadata(bundled_smollm2_path())
+    assert "CACHE_TYPE_K" not in findings(smollm2, CACHE_TYPE_K="q8_0", CTX_SIZE=16384)  # pays off on a dense model
+
+
+def test_quantized_v_cache_without_flash_attention_is_an_error():
+    finding = findings(CACHE_TYPE_V="q4_0", FLASH_ATTENTION=False)["CACHE_TYPE_V"]
+    assert finding.level == "error" and "FLASH_ATTENTION=true" in finding.message
+
+
+def test_draft_model_on_a_hybrid_model_is_an_error():
+    assert findings(nemotron_q4km_like(), DRAFT_MODEL_PATH="/models/d.gguf")["DRAFT_MODEL_PATH"].level == "error"
+    assert findings(None, DRAFT_MODEL_PATH="/models/d.gguf")["DRAFT_MODEL_PATH"].level == "warning"
+
+
+def test_n_cpu_moe_with_override_tensor_is_an_error():
+    result = findings(N_CPU_MOE=4, OVERRIDE_TENSOR="exps=CPU")
+    assert result["N_CPU_MOE"].level == "error" and "OVERRIDE_TENSOR" in result["N_CPU_MOE"].message
+    assert findings(OVERRIDE_TENSOR="exps")["OVERRIDE_TENSOR"].level == "error"
+
+
+def test_model_dependent_hints():
+    smollm2 = read_metadata(bundled_smollm2_path())
+    assert findings(smollm2, N_CPU_MOE=4, CTX_SIZE=16384)["N_CPU_MOE"].level == "warning"  # no experts
+    assert findings(nemotron_q4km_like(), CACHE_REUSE=256)["CACHE_REUSE"].level == "info"
+    assert "CACHE_REUSE" not in findings(nemotron_q4km_like(), CACHE_REUSE=0)
+    assert "CACHE_REUSE" not in findings(smollm2, CACHE_REUSE=256, CTX_SIZE=16384)
+
+
+def test_public_host_without_api_key_is_flagged():
+    assert findings(LLM_HOST="0.0.0.0")["LLAMA_API_KEY"].level == "warning"
+    assert "LLAMA_API_KEY" not in findings(LLM_HOST="0.0.0.0", LLAMA_API_KEY="k")
+
+
+def test_errors_come_first():
+    settings = load_settings("/nonexistent.env", **{**BASE, "ANALYSIS_WORKER_COUNT": 5, "CACHE_TYPE_V": "q8_0", "FLASH_ATTENTION": False})
+    result = check_config(settings)
+    assert {f.level for f in result} == {"error", "warning", "info"}
+    assert [f.level for f in result] == sorted((f.level for f in result), key=["error", "warning", "info"].index)
+
+
+def test_cli_exit_code_is_1_on_an_error(tmp_path, monkeypatch, capsys):
+    env = tmp_path / "hsi.env"
+    parser = add_config_check_arguments(argparse.ArgumentParser())
+    env.write_text("MODEL_PATH=/models/m.gguf\n")
+    assert run_config_check(parser.parse_args(["--env-file", str(env), "--no-model"])) == 0
+    assert "OK" in capsys.readouterr().out
+    env.write_text("MODEL_PATH=/models/m.gguf\nCACHE_TYPE_V=q4_0\nFLASH_ATTENTION=false\n")
+    assert run_config_check(parser.parse_args(["--env-file", str(env), "--no-model"])) == 1
+    assert "ERROR   CACHE_TYPE_V" in capsys.readouterr().out
+    env.write_text("CTX_SIZE=abc\n")
+    assert run_config_check(parser.parse_args(["--env-file", str(env)])) == 2
+    env.write_text("MODEL_PATH=/models/missing.gguf\n")
+    assert run_config_check(parser.parse_args(["--env-file", str(env)])) == 0
+    assert "WARNING MODEL_PATH: model checks skipped" in capsys.readouterr().out

@@ -1,0 +1,488 @@
+"""Several llama-servers behind LLAMA_SERVER_URL (hsi_dagster/llm/router.py), and the OpenAI-compatible fallback.
+
+- The selection policy, as a pure function with fake per-server slot counts.
+- Routing, slot bounds, cool-down and failover against FAKE servers (tests/fake_llama.py: fault injection only).
+- Spreading, a server stopped mid-load and its return against TWO REAL embedded llama.cpp servers (1 slot each).
+- The vLLM-style fallback against a FAKE OpenAI-compatible server (tests/fake_openai.py: fallback logic only).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+
+from hsi_dagster.llm.client import (
+    API_OPENAI,
+    LlamaClient,
+    LlamaServerError,
+    LlamaServerUnavailable,
+    SchemaNotEnforced,
+    TokenCountUnavailable,
+    slot_semaphore_size,
+)
+from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
+from hsi_dagster.llm.router import LlamaRouter, choose_server
+from hsi_dagster.resources import LlamaServerResource
+from tests.support.fake_llama import FakeLlama, Reply
+from tests.support.fake_openai import FakeOpenAI, fake_token_count
+from tests.support.llm_fixtures import start_embedded
+
+llm = pytest.mark.llm
+fault = pytest.mark.fault
+
+SCHEMA = {"type": "object", "properties": {"risk": {"enum": ["low", "medium", "high"]}}, "required": ["risk"]}
+REAL_SERVER = {"CTX_SIZE": 4096, "PARALLEL": 1, "THREADS": 1}
+
+
+def ask(i: int) -> list[dict]:
+    return [
+        {"role": "system", "content": "You rate security risk. Answer with JSON only."},
+        {"role": "user", "content": f"Camera event number {i}: a person near the gate. Rate the risk."},
+    ]
+
+
+def fake_client(url: str, **kwargs) -> LlamaClient:
+    kwargs.setdefault("backoff_base", 0.01)
+    kwargs.setdefault("startup_timeout", 5.0)
+    return LlamaClient(url, **kwargs)
+
+
+def closed_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def wait_for(condition, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class FakeClock:
+    """Monotonic time the test moves by hand, so cool-downs of 10-60 s take no real time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def fakes() -> Iterator[list[FakeLlama]]:
+    """Factory of FAKE llama-servers (fault injection only), stopped after the test."""
+    made: list[FakeLlama] = []
+    yield made
+    for fake in made:
+        fake.stop()
+
+
+def start_fake(made: list[FakeLlama], cls: type[FakeLlama] = FakeLlama, **kwargs) -> FakeLlama:
+    fake = cls(**kwargs).start()
+    made.append(fake)
+    return fake
+
+
+# --- the policy ---------------------------------------------------------------------------------------------------
+
+
+def test_choose_server_most_free_slots_then_round_robin() -> None:
+    """Most free slots wins; ties rotate from `start`; None (down/tried) and 0 (full) are never chosen."""
+    assert choose_server([1, 3, 0]) == 1
+    assert [choose_server([2, 2, 2], start) for start in range(4)] == [0, 1, 2, 0]
+    assert choose_server([2, None, 2], start=1) == 2
+    assert choose_server([None, 0, None]) is None
+    assert choose_server([]) is None
+
+
+def test_policy_with_fake_slot_counts_never_exceeds_a_server() -> None:
+    """Fake slot counts 3 and 1 taken one request at a time: picks follow free slots (0, 0, 1, 0), each server gets
+    exactly its slot count, and nothing is picked once all are full."""
+    free = [3, 1]
+    picks, start = [], 0
+    while (index := choose_server(free, start)) is not None:
+        picks.append(index)
+        free[index] -= 1
+        start = (index + 1) % len(free)
+    assert picks == [0, 0, 1, 0]
+    assert free == [0, 0]
+
+
+# --- routing against FAKE servers (fault injection only) -----------------------------------------------------------
+
+
+@fault
+def test_fake_servers_slots_bounded_per_server_and_all_used(fakes: list[FakeLlama]) -> None:
+    """FAKE servers with 2 and 1 slots and slow replies, 6 threads: in flight never exceeds a server's slots, every
+    slot is used, and every request returns a parsed result."""
+    a = start_fake(fakes, total_slots=2)
+    b = start_fake(fakes, total_slots=1)
+    for fake in (a, b):
+        fake.script("/v1/chat/completions", *[Reply(delay=0.3)] * 8)
+    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+        info = router.ensure_ready()
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda i: router.chat_json(ask(i), SCHEMA, max_tokens=8), range(6)))
+        stats = router.stats()
+    assert info.total_slots == 3
+    assert all(r.parsed == {"risk": "low"} for r in results)
+    assert (a.max_in_flight, b.max_in_flight) == (2, 1)
+    assert stats[a.url].max_in_flight == 2 and stats[b.url].max_in_flight == 1
+    assert stats[a.url].succeeded + stats[b.url].succeeded == 6 and stats[b.url].succeeded >= 1
+    assert {r.server_url for r in results} == {a.url, b.url}
+
+
+@fault
+def test_ensure_ready_reports_smallest_context_and_skips_a_closed_port(fakes: list[FakeLlama]) -> None:
+    """FAKE servers with 2048- and 4096-token slots plus a closed port: ready anyway, slot_context is the minimum
+    (a budget that fits both), total_slots the sum, and the closed port is marked down and never sent a completion."""
+    small = start_fake(fakes, slot_context=2048, total_slots=1)
+    large = start_fake(fakes, slot_context=4096, total_slots=2)
+    dead = closed_url()
+    with LlamaRouter([fake_client(dead), fake_client(large.url), fake_client(small.url)]) as router:
+        info = router.ensure_ready()
+        results = [router.chat_json(ask(i), SCHEMA, max_tokens=8) for i in range(4)]
+        stats = router.stats()
+    assert info.slot_context == 2048 and info.total_slots == 3
+    assert {r.server_url for r in results} <= {small.url, large.url}
+    assert stats[dead].state == "down" and stats[dead].requests == 0
+    assert "ConnectError" in (stats[dead].last_error or "")
+
+
+@fault
+def test_all_down_names_every_url() -> None:
+    """No server listening at all: ensure_ready and chat_json raise LlamaServerUnavailable naming each URL."""
+    urls = [closed_url(), closed_url()]
+    with LlamaRouter([fake_client(url) for url in urls], startup_timeout=0.3) as router:
+        with pytest.raises(LlamaServerUnavailable) as ready_err:
+            router.ensure_ready()
+        with pytest.raises(LlamaServerUnavailable) as chat_err:
+            router.chat_json(ask(0), SCHEMA, max_tokens=8)
+    for err in (ready_err, chat_err):
+        text = str(err.value)
+        assert all(url in text for url in urls), text
+    assert "readiness within 0.3 s" in str(ready_err.value)
+
+
+@fault
+def test_cooldown_doubles_up_to_60_s_then_the_server_rejoins(fakes: list[FakeLlama]) -> None:
+    """FAKE server B answers 503 "Loading model" to its first 4 health checks. With a fake clock: B sits out
+    10, 20, 40, then 60 s (capped), requests go to A meanwhile, and after the last cool-down B serves again."""
+    a = start_fake(fakes)
+    b = start_fake(fakes)
+    b.loading_then_ready(4)
+    clock = FakeClock()
+    with LlamaRouter([fake_client(a.url), fake_client(b.url)], clock=clock) as router:
+        router.ensure_ready()
+        cooldowns = [router.stats()[b.url].retry_in_seconds]
+        for _ in range(3):
+            clock.advance(cooldowns[-1])
+            assert router.chat_json(ask(0), SCHEMA, max_tokens=8).server_url == a.url  # B is probed in the background
+            wait_for(lambda: router.stats()[b.url].state != "probing", what="B's probe")
+            cooldowns.append(router.stats()[b.url].retry_in_seconds)
+        assert b.count("/v1/chat/completions") == 0
+        clock.advance(cooldowns[-1])
+        router.chat_json(ask(1), SCHEMA, max_tokens=8)
+        wait_for(lambda: router.stats()[b.url].state == "up", what="B back up")
+        servers = {router.chat_json(ask(i), SCHEMA, max_tokens=8).server_url for i in range(4)}
+    assert cooldowns == [10.0, 20.0, 40.0, 60.0]
+    assert b.count("/health") == 6  # ensure_ready + 3 probes while loading, then the probe and B's own ensure_ready
+    assert servers == {a.url, b.url}
+
+
+@fault
+def test_request_on_a_server_that_goes_away_moves_to_the_other(fakes: list[FakeLlama]) -> None:
+    """FAKE server A starts answering 503 to everything (completions and /health) after start-up, as a server going
+    away does: the request that picks it is answered by B (none lost), A is marked down and gets no further request.
+    (A real connection refused is covered by the two-real-servers test.)"""
+    a = start_fake(fakes)
+    b = start_fake(fakes)
+    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+        router.ensure_ready()
+        a.script("/v1/chat/completions", *[Reply(503)] * 10)
+        a.script("/health", *[Reply(503)] * 10)
+        results = [router.chat_json(ask(i), SCHEMA, max_tokens=8) for i in range(4)]
+        wait_for(lambda: router.stats()[a.url].state == "down", what="A marked down")
+        stats = router.stats()
+    assert all(r.server_url == b.url and r.parsed == {"risk": "low"} for r in results)
+    assert stats[a.url].failed == 1 and stats[a.url].requests == 1
+    assert a.count("/v1/chat/completions") == 1 + 3  # the schema probe, then one request's 3 tries
+    assert stats[b.url].succeeded == 4
+
+
+@fault
+def test_5xx_moves_the_request_but_a_healthy_server_stays_in(fakes: list[FakeLlama]) -> None:
+    """FAKE server A answers 500 to one request (all 3 tries) while /health is fine: the request is answered by B,
+    and A, still healthy, is not marked down (one bad request must not take a server out)."""
+    a = start_fake(fakes, total_slots=2)  # more free slots: the first request goes to A
+    b = start_fake(fakes, total_slots=1)
+    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+        router.ensure_ready()
+        a.script("/v1/chat/completions", *[Reply(500)] * 3)
+        result = router.chat_json(ask(0), SCHEMA, max_tokens=8)
+        wait_for(lambda: router.stats()[a.url].state != "probing", what="A's health check")
+        stats = router.stats()
+    assert result.server_url == b.url and result.parsed == {"risk": "low"}
+    assert stats[a.url].failed == 1 and stats[a.url].state == "up"
+
+
+@fault
+def test_single_url_resource_sends_what_it_always_sent(fakes: list[FakeLlama]) -> None:
+    """One URL: no router, and ensure_ready sends exactly /health, /props, /slots and the schema probe to a FAKE
+    llama-server (no fallback detection requests); two URLs: a router."""
+    fake = start_fake(fakes)
+    single = LlamaServerResource(base_url=fake.url)
+    assert single.get_router() is None
+    info = single.ensure_ready()
+    assert [r.path for r in fake.requests] == ["/health", "/props", "/slots", "/v1/chat/completions"]
+    assert info.api == "llama.cpp" and info.missing_endpoints == ()
+    assert "cache_prompt" in fake.requests[-1].body and "model" not in fake.requests[-1].body
+    router = LlamaServerResource(base_url=f"{fake.url},{closed_url()}").get_router()
+    assert router is not None and router.urls[0] == fake.url
+    router.close()
+
+
+# --- TWO REAL embedded servers --------------------------------------------------------------------------------------
+
+
+@dataclass
+class TwoServers:
+    tmp: Path
+    a: EmbeddedServerProcess
+    b: EmbeddedServerProcess  # replaced when the test restarts it
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.a.url, self.b.url]
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoServers]:
+    """Two REAL llama.cpp servers (SmolLM2-135M, 1 slot x 4096 tokens, 1 thread each), started in parallel."""
+    tmp = tmp_path_factory.mktemp("two")
+    a = start_embedded(tmp, REAL_SERVER, wait=False)
+    b = start_embedded(tmp, REAL_SERVER, wait=False)
+    pair = TwoServers(tmp, a, b)
+    try:
+        a.wait_until_healthy()
+        b.wait_until_healthy()
+        yield pair
+    finally:
+        pair.a.stop()
+        pair.b.stop()
+        b.stop()
+
+
+def predicted_tokens(url: str) -> float:
+    """llamacpp:tokens_predicted_total from the server's own /metrics (0 for a server that is not answering)."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    match = re.search(r"^llamacpp:tokens_predicted_total (\S+)$", text, re.M)
+    assert match, "llamacpp:tokens_predicted_total missing from /metrics"
+    return float(match.group(1))
+
+
+def real_router(urls: list[str], **options: float) -> LlamaRouter:
+    return LlamaRouter([LlamaClient(url, backoff_base=0.1, startup_timeout=60) for url in urls], **options)
+
+
+def valid(result) -> bool:
+    return result.parse_error is None and result.parsed.get("risk") in ("low", "medium", "high")
+
+
+@llm
+def test_real_servers_share_requests_from_threads(two_servers: TwoServers) -> None:
+    """Two REAL 1-slot servers, 6 requests from 3 threads: both serve (router counts AND each server's /metrics),
+    neither ever has more than its one slot in flight from this process, and every reply is valid JSON."""
+    before = {url: predicted_tokens(url) for url in two_servers.urls}
+    with real_router(two_servers.urls) as router:
+        info = router.ensure_ready()
+        with ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda i: router.chat_json(ask(i), SCHEMA, max_tokens=16, seed=i), range(6)))
+        stats = router.stats()
+    assert info.slot_context == 4096 and info.total_slots == 2
+    assert all(valid(r) for r in results), [r.content for r in results]
+    for url in two_servers.urls:
+        assert stats[url].succeeded >= 1 and stats[url].max_in_flight == 1, stats[url]
+        assert predicted_tokens(url) > before[url], url
+    assert sum(s.succeeded for s in stats.values()) == 6
+
+
+@llm
+def test_real_server_stopped_under_load_loses_nothing_and_returns_after_cooldown(two_servers: TwoServers) -> None:
+    """REAL servers A and B under load from 4 threads; B is killed once it has answered one request: all 8
+    requests still return valid results, the next 4 go to A only, and B, restarted on the same port, is probed
+    after its cool-down (1-2 s here) and serves requests again (its new process's /metrics count them)."""
+    a_url, b_url = two_servers.urls
+    port = two_servers.b.port
+    with real_router(two_servers.urls, cooldown_seconds=1.0, max_cooldown_seconds=2.0) as router:
+        router.ensure_ready()
+
+        def stop_b_after_one_answer() -> None:
+            wait_for(lambda: router.stats()[b_url].succeeded >= 1, timeout=60, what="B's first answer")
+            # SIGTERM, then SIGKILL after 1 s: with a request in flight the server does not exit on SIGTERM alone.
+            two_servers.b.stop(timeout=1.0)
+
+        stopper = threading.Thread(target=stop_b_after_one_answer)
+        stopper.start()
+        with ThreadPoolExecutor(4) as pool:
+            under_load = list(pool.map(lambda i: router.chat_json(ask(i), SCHEMA, max_tokens=16, seed=i), range(8)))
+        stopper.join(60)
+        assert not two_servers.b.running
+        after_stop = [router.chat_json(ask(100 + i), SCHEMA, max_tokens=16) for i in range(4)]
+        b_requests_while_down = router.stats()[b_url].requests
+
+        two_servers.b = start_embedded(two_servers.tmp, REAL_SERVER, port=port)
+        deadline = time.monotonic() + 30
+        back = []
+        while not any(r.server_url == b_url for r in back):
+            assert time.monotonic() < deadline, f"B never served again: {router.stats()[b_url]}"
+            back.append(router.chat_json(ask(200 + len(back)), SCHEMA, max_tokens=16))
+        stats = router.stats()
+    assert len(under_load) == 8 and all(valid(r) for r in under_load), [r.content for r in under_load]
+    assert all(r.server_url == a_url and valid(r) for r in after_stop)
+    assert stats[b_url].requests == b_requests_while_down + 1  # the first request after its return
+    assert stats[b_url].state == "up" and predicted_tokens(b_url) > 0
+    assert all(valid(r) for r in back)
+
+
+@llm
+def test_resource_with_two_real_urls_routes_inside_a_run(two_servers: TwoServers) -> None:
+    """LlamaServerResource with "A,B" in a real materialization: ensure_ready, exact token count and 4 completions
+    from 2 threads, answered by both servers; teardown closes every client."""
+
+    seen_clients: list[LlamaClient] = []
+
+    @dg.asset
+    def spread(llm: LlamaServerResource) -> dict:
+        info = llm.ensure_ready()
+        counted = llm.count_prompt_tokens(ask(0))
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda i: llm.chat_json(ask(i), SCHEMA, max_tokens=16, seed=i), range(4)))
+        router = llm.get_router()
+        assert router is not None
+        seen_clients.extend(router.clients)
+        return {
+            "slot_context": info.slot_context,
+            "counted": counted,
+            "servers": sorted({r.server_url for r in results}),
+            "valid": all(valid(r) for r in results),
+        }
+
+    resource = LlamaServerResource(base_url=",".join(two_servers.urls), max_output_tokens=16)
+    outcome = dg.materialize([spread], resources={"llm": resource})
+    assert outcome.success
+    value = outcome.output_for_node("spread")
+    assert value["slot_context"] == 4096 and value["counted"] > 20 and value["valid"]
+    assert value["servers"] == sorted(two_servers.urls)
+    assert len(seen_clients) == 2 and all(client._http.is_closed for client in seen_clients)
+
+
+# --- OpenAI-compatible (vLLM-style) fallback, against a FAKE server ---------------------------------------------------
+
+
+@fault
+def test_fake_openai_server_fallback_readiness_slots_context_tokens(fakes: list[FakeLlama]) -> None:
+    """FAKE OpenAI-compatible server (no /health, /props, /slots, /apply-template): ready via /v1/models, slots from
+    configuration, per-slot context from max_model_len, exact count via /tokenize {messages}; the schema probe runs
+    and completions name the model and drop llama-only fields."""
+    fake = start_fake(fakes, FakeOpenAI, max_model_len=6000)
+    with fake_client(fake.url, fallback_total_slots=3) as client:
+        info = client.ensure_ready()
+        counted = client.count_prompt_tokens(ask(7))
+        result = client.chat_json(ask(7), SCHEMA, max_tokens=8)
+    assert info.api == API_OPENAI and info.model == "nvidia/fake-nemotron"
+    assert (info.total_slots, info.slot_context) == (3, 6000)
+    assert set(info.missing_endpoints) == {"/health", "/props", "/slots", "/apply-template"}
+    assert slot_semaphore_size(fake.url) == 3
+    assert fake.count("/v1/models") >= 2  # readiness and info
+    assert counted == fake_token_count(ask(7))
+    assert result.parsed == {"risk": "low"}
+    chats = [r.body for r in fake.requests if r.path == "/v1/chat/completions"]
+    assert len(chats) == 2 and "nonce" in str(chats[0]["response_format"])  # the enforcement probe ran
+    assert chats[-1]["model"] == "nvidia/fake-nemotron" and "cache_prompt" not in chats[-1]
+
+
+@fault
+def test_fake_openai_server_without_chat_tokenize_raises_catchable_error(fakes: list[FakeLlama]) -> None:
+    """FAKE OpenAI-compatible server with no chat-aware /tokenize: count_prompt_tokens raises TokenCountUnavailable
+    (a LlamaServerError) saying so, before and after ensure_ready; completions still work."""
+    fake = start_fake(fakes, FakeOpenAI, tokenize_messages=False, has_health=True)
+    with fake_client(fake.url, fallback_total_slots=2) as client:
+        with pytest.raises(TokenCountUnavailable) as before:
+            client.count_prompt_tokens(ask(1))
+        info = client.ensure_ready()
+        with pytest.raises(LlamaServerError) as after:
+            client.count_prompt_tokens(ask(1))
+        assert client.chat_json(ask(1), SCHEMA, max_tokens=8).parsed == {"risk": "low"}
+    assert isinstance(after.value, TokenCountUnavailable)
+    for err in (before, after):
+        assert "exact token count unavailable on this server" in str(err.value) and fake.url in str(err.value)
+    assert "/tokenize" in info.missing_endpoints and "/health" not in info.missing_endpoints
+
+
+@fault
+def test_fake_openai_server_context_from_configuration_or_a_clear_error(fakes: list[FakeLlama]) -> None:
+    """FAKE OpenAI-compatible server whose /v1/models has no max_model_len: the configured per-slot context is used;
+    without slots or context configured, the error says what to set."""
+    fake = start_fake(fakes, FakeOpenAI, max_model_len=None)
+    with fake_client(fake.url, fallback_total_slots=2, fallback_slot_context=3000) as client:
+        assert client.server_info().slot_context == 3000
+    with fake_client(fake.url, fallback_total_slots=2) as client, pytest.raises(LlamaServerError) as no_context:
+        client.server_info()
+    assert "max_model_len" in str(no_context.value) and "CTX_SIZE / PARALLEL" in str(no_context.value)
+    with fake_client(fake.url, fallback_slot_context=3000) as client, pytest.raises(LlamaServerError) as no_slots:
+        client.server_info()
+    assert "PARALLEL" in str(no_slots.value)
+
+
+@fault
+def test_fake_openai_server_ignoring_the_schema_is_refused(fakes: list[FakeLlama]) -> None:
+    """FAKE OpenAI-compatible server that ignores response_format: the enforcement probe still refuses it."""
+    fake = start_fake(fakes, FakeOpenAI, ignore_schema=True)
+    with fake_client(fake.url, fallback_total_slots=1) as client, pytest.raises(SchemaNotEnforced):
+        client.ensure_ready()
+
+
+@fault
+def test_budgeted_prompts_asset_budgets_from_fake_openai_server(fakes: list[FakeLlama], tmp_path: Path) -> None:
+    """The real budgeted_prompts asset with the resource pointed at a FAKE OpenAI-compatible server: live_slot_context
+    comes from /v1/models max_model_len (the budget follows it) and the prompt is stored; the resource reads the slot
+    count from settings (PARALLEL)."""
+    from hsi_dagster.assets.batches import detection_batches
+    from hsi_dagster.assets.contexts import enriched_contexts
+    from hsi_dagster.assets.prompts import budgeted_prompts
+    from hsi_dagster.storage.ingest import ingest_lines
+    from hsi_dagster.sensors import batch_window_sensor
+    from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
+
+    fake = start_fake(fakes, FakeOpenAI, max_model_len=6000)
+    assert LlamaServerResource(base_url=fake.url).live_slot_context() == 6000
+    db = str(tmp_path / "hsi.duckdb")
+    ingest_lines(db, closed_windows(["gate"], 1, start=hours_ago(1)))
+    res = resources(db, fake.url)
+    with dg.instance_for_test() as instance:
+        tick = sensor_tick(batch_window_sensor, instance, res, None)
+        key = tick.run_requests[0].partition_key
+        assets = [detection_batches, enriched_contexts, budgeted_prompts]
+        outcome = dg.materialize(assets, partition_key=key, instance=instance, resources=res)
+    assert outcome.success
+    metadata = outcome.asset_materializations_for_node("budgeted_prompts")[0].metadata
+    assert metadata["slot_context"].value == 6000
+    assert metadata["context_budget"].value == 6000 - 256 - 256  # pipeline_helpers: output 256, margin 256
+    assert fake.count("/v1/chat/completions") == 0  # budgeting needs no inference
