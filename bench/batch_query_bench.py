@@ -16,7 +16,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,14 +24,14 @@ sys.path.insert(0, str(ROOT))
 
 import dagster as dg  # noqa: E402
 
-from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402
 from hsi_dagster.core.batching import BatchRules  # noqa: E402
+from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402
 from hsi_dagster.storage.db import connect  # noqa: E402
 
 TARGET_S = 1.0
 CAMERAS = 50
 PER_BATCH = 5
-T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def build(db: Path, batches: int, history: int) -> None:
@@ -62,12 +62,16 @@ def tick_times(db: Path, ticks: int) -> tuple[list[float], int]:
     from hsi_dagster.settings import load_settings
 
     res = {**definitions.build_resources(load_settings()), "duckdb": HsiDuckDBResource(database=str(db))}
-    defs = dg.Definitions(assets=definitions.defs.assets, jobs=definitions.defs.jobs, sensors=definitions.defs.sensors, resources=res)
+    defs = dg.Definitions(
+        assets=definitions.defs.assets, jobs=definitions.defs.jobs, sensors=definitions.defs.sensors, resources=res
+    )
     times, requested, cursor = [], 0, None
     with dg.instance_for_test() as instance:
         for _ in range(ticks):
             started = time.perf_counter()
-            with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=res, definitions=defs) as context:
+            with dg.build_sensor_context(
+                instance_ref=instance.get_ref(), cursor=cursor, resources=res, definitions=defs
+            ) as context:
                 result = batch_window_sensor.evaluate_tick(context)
             for request in result.dynamic_partitions_requests or []:
                 instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
@@ -79,7 +83,9 @@ def tick_times(db: Path, ticks: int) -> tuple[list[float], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=10_000, help="regular batches pending (fast-path ones come on top)")
+    parser.add_argument(
+        "--batches", type=int, default=10_000, help="regular batches pending (fast-path ones come on top)"
+    )
     parser.add_argument("--history", type=int, default=1_000_000, help="detections already in recorded batches")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--ticks", type=int, default=5, help="consecutive sensor ticks to time")

@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
 from hsi_dagster.core.budget import FULL_REMOVAL_ORDER, TokenCounter, fit_to_budget, load_encoding  # noqa: E402
 from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH, load_camera_profiles  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections, render_messages  # noqa: E402
+from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
 
 
 def naive_fit(sections, profile_text, budget, counter: TokenCounter):
@@ -63,8 +63,12 @@ def main() -> None:
 
     profile = load_camera_profiles(EXAMPLE_CAMERAS_PATH)["driveway"]
     profile_text = profile.to_prompt_text()
-    batch, detections = synthetic_batch(random.Random(args.seed), camera_id="driveway", n_detections=args.detections,
-                                        track_labels=("person", "car", "dog", "person", "bicycle"))
+    batch, detections = synthetic_batch(
+        random.Random(args.seed),
+        camera_id="driveway",
+        n_detections=args.detections,
+        track_labels=("person", "car", "dog", "person", "bicycle"),
+    )
     context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2, camera_profile=profile)
     sections = build_sections(context)
     messages = render_messages(sections, profile_text)
@@ -74,10 +78,14 @@ def main() -> None:
     # Budget A forces half of the removable sections out but no shortening (so the naive loop is comparable);
     # budget B needs every removal AND shortening of florence + detections (fit_to_budget only).
     half = FULL_REMOVAL_ORDER[: len(FULL_REMOVAL_ORDER) // 2]
-    budget = TokenCounter().count_messages(render_messages([s for s in sections if s.key not in half], profile_text,
-                                                           removed=list(half)))
-    floor = TokenCounter().count_messages(render_messages(
-        [s for s in sections if s.key in ("detections", "florence")], profile_text, removed=list(FULL_REMOVAL_ORDER)))
+    budget = TokenCounter().count_messages(
+        render_messages([s for s in sections if s.key not in half], profile_text, removed=list(half))
+    )
+    floor = TokenCounter().count_messages(
+        render_messages(
+            [s for s in sections if s.key in ("detections", "florence")], profile_text, removed=list(FULL_REMOVAL_ORDER)
+        )
+    )
     budget_b = floor - 1500
 
     check = fit_to_budget(sections, profile_text, budget, TokenCounter(), batch_id=batch["batch_id"])
@@ -92,28 +100,39 @@ def main() -> None:
         warm.clear()  # keep only the pinned static count: nothing of this batch is cached
         fit_to_budget(sections, profile_text, budget, warm)
 
-    medians = median_times({
-        "one": lambda: encoding.encode_ordinary(full_text),
-        "cold": lambda: fit_to_budget(sections, profile_text, budget, TokenCounter()),
-        "hot": fit_warm,
-        "naive": lambda: naive_fit(sections, profile_text, budget, TokenCounter()),
-        "cold_b": lambda: fit_to_budget(sections, profile_text, budget_b, TokenCounter()),
-    }, args.runs)
+    medians = median_times(
+        {
+            "one": lambda: encoding.encode_ordinary(full_text),
+            "cold": lambda: fit_to_budget(sections, profile_text, budget, TokenCounter()),
+            "hot": fit_warm,
+            "naive": lambda: naive_fit(sections, profile_text, budget, TokenCounter()),
+            "cold_b": lambda: fit_to_budget(sections, profile_text, budget_b, TokenCounter()),
+        },
+        args.runs,
+    )
     one, cold, hot, naive, cold_b = (medians[k] for k in ("one", "cold", "hot", "naive", "cold_b"))
 
-    print(f"prompt: {prompt_tokens} tokens (cl100k, incl. message overhead), {len(full_text)} chars, "
-          f"{len(detections)} detections, {len(sections)} sections")
-    print(f"budget A: {budget} -> removed {check.sections_removed} ({len(check.sections_removed)} steps), "
-          f"{check.tokens_after} tokens after, utilization {check.utilization:.2f}")
-    print(f"budget B: {budget_b} -> removed all {len(check_b.sections_removed)} removable sections, shortened "
-          f"{check_b.sections_shortened}, {check_b.tokens_after} tokens after")
+    print(
+        f"prompt: {prompt_tokens} tokens (cl100k, incl. message overhead), {len(full_text)} chars, "
+        f"{len(detections)} detections, {len(sections)} sections"
+    )
+    print(
+        f"budget A: {budget} -> removed {check.sections_removed} ({len(check.sections_removed)} steps), "
+        f"{check.tokens_after} tokens after, utilization {check.utilization:.2f}"
+    )
+    print(
+        f"budget B: {budget_b} -> removed all {len(check_b.sections_removed)} removable sections, shortened "
+        f"{check_b.sections_shortened}, {check_b.tokens_after} tokens after"
+    )
     print(f"median of {args.runs} runs (budget A unless noted):")
     print(f"  one tiktoken encode of the prompt : {one * 1e3:8.3f} ms  (1.00x)")
     print(f"  fit_to_budget, cold counter       : {cold * 1e3:8.3f} ms  ({cold / one:.2f}x one-encode)")
     print(f"  fit_to_budget, static cached      : {hot * 1e3:8.3f} ms  ({hot / one:.2f}x one-encode)")
     print(f"  naive re-encode after each step   : {naive * 1e3:8.3f} ms  ({naive / one:.2f}x one-encode)")
     print(f"  fit_to_budget, budget B, cold     : {cold_b * 1e3:8.3f} ms  ({cold_b / one:.2f}x one-encode)")
-    print(f"ratio fit_to_budget / one-encode = {cold / one:.2f} (target <= 1.3); naive / one-encode = {naive / one:.2f}")
+    print(
+        f"ratio fit_to_budget / one-encode = {cold / one:.2f} (target <= 1.3); naive / one-encode = {naive / one:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,13 +70,19 @@ class Lane:
         shutil.copy(ROOT / "dagster.yaml", self.home / "dagster.yaml")
         self.db = str(work / f"{name}.duckdb")
         (work / f"{name}_inbox").mkdir()
-        self.env = {**base_env, "DAGSTER_HOME": str(self.home), "HSI_DUCKDB_PATH": self.db,
-                    "HSI_INBOX_DIR": str(work / f"{name}_inbox")}
+        self.env = {
+            **base_env,
+            "DAGSTER_HOME": str(self.home),
+            "HSI_DUCKDB_PATH": self.db,
+            "HSI_INBOX_DIR": str(work / f"{name}_inbox"),
+        }
 
     def apply_pool_limits(self) -> None:
         """The pool limits `hsi` sets on its instance (llama_slots = PARALLEL, duckdb_writes = 1)."""
-        code = ("from hsi_dagster.cli.instance import get_instance; from hsi_dagster.settings import load_settings; "
-                "get_instance(load_settings())")
+        code = (
+            "from hsi_dagster.cli.instance import get_instance; from hsi_dagster.settings import load_settings; "
+            "get_instance(load_settings())"
+        )
         subprocess.run([sys.executable, "-c", code], env=self.env, cwd=ROOT, check=True)
 
     def ingest(self, lines: list[str]) -> float:
@@ -91,26 +97,31 @@ class Lane:
         from hsi_dagster.storage.db import connect
 
         with connect(self.db, read_only=True) as conn:
-            rows = conn.execute("SELECT batch_id, epoch(assessed_at), latency_ms, status FROM risk_assessments "
-                                "WHERE batch_id IN (SELECT unnest(?::VARCHAR[]))", [batch_ids]).fetchall()
+            rows = conn.execute(
+                "SELECT batch_id, epoch(assessed_at), latency_ms, status FROM risk_assessments "
+                "WHERE batch_id IN (SELECT unnest(?::VARCHAR[]))",
+                [batch_ids],
+            ).fetchall()
         return {b: (float(t), float(ms or 0.0), s) for b, t, ms, s in rows}
 
 
 def batches_of(records: list[dict], scratch_db: str) -> list[tuple[str, list[str]]]:
     """The closed batches of the records in chronological order, each with its detections as JSON lines (ingesting
     them in this order gives every lane the same batches, none of them late)."""
-    from hsi_dagster.storage.batches import pending_closed_batches
     from hsi_dagster.core.batching import BatchRules
-    from hsi_dagster.storage.ingest import ingest_lines
     from hsi_dagster.settings import load_settings
+    from hsi_dagster.storage.batches import pending_closed_batches
     from hsi_dagster.storage.db import connect
+    from hsi_dagster.storage.ingest import ingest_lines
 
     ingest_lines(scratch_db, [json.dumps(r) for r in records])
     with connect(scratch_db, read_only=True) as conn:
-        batches = pending_closed_batches(conn, BatchRules.from_settings(load_settings()), datetime.now(timezone.utc))
+        batches = pending_closed_batches(conn, BatchRules.from_settings(load_settings()), datetime.now(UTC))
     by_id = {r["detection_id"]: json.dumps(r) for r in records}
-    return [(b.batch_id, [by_id[d] for d in b.detection_ids])
-            for b in sorted(batches, key=lambda b: (b.started_at, b.batch_id))]
+    return [
+        (b.batch_id, [by_id[d] for d in b.detection_ids])
+        for b in sorted(batches, key=lambda b: (b.started_at, b.batch_id))
+    ]
 
 
 def group(batches: list[tuple[str, list[str]]]) -> tuple[list[str], list[str]]:
@@ -141,8 +152,14 @@ def wait_first_tick(log_file: Path, daemon: subprocess.Popen, timeout: float = 1
 
 
 def run_hsi_process(lane: Lane, log) -> None:
-    subprocess.run([str(ROOT / ".venv/bin/hsi"), "process"], env=lane.env, cwd=lane.home.parent, check=True, stdout=log,
-                   stderr=subprocess.STDOUT)
+    subprocess.run(
+        [str(ROOT / ".venv/bin/hsi"), "process"],
+        env=lane.env,
+        cwd=lane.home.parent,
+        check=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def measure(lane: Lane, waves, burst, log, daemon: subprocess.Popen | None) -> dict:
@@ -156,8 +173,13 @@ def measure(lane: Lane, waves, burst, log, daemon: subprocess.Popen | None) -> d
         for batch_id, (stored_at, latency_ms, status) in rows.items():
             overheads.append(stored_at - visible - latency_ms / 1000)
         rows_all.update(rows)
-        print(f"  {lane.name} wave {n}: " + ", ".join(f"{stored - visible:.1f}s (LLM {ms / 1000:.1f}s, {status})"
-              for stored, ms, status in rows.values()), flush=True)
+        print(
+            f"  {lane.name} wave {n}: "
+            + ", ".join(
+                f"{stored - visible:.1f}s (LLM {ms / 1000:.1f}s, {status})" for stored, ms, status in rows.values()
+            ),
+            flush=True,
+        )
     ids, lines = burst
     visible = lane.ingest(lines)
     if daemon is None:
@@ -185,14 +207,21 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="hsi-daemon-bench-"))
-    base_env = {**os.environ, "HSI_ENV_FILE": os.devnull, "CTX_SIZE": str(4096 * args.parallel),
-                "PARALLEL": str(args.parallel), "ANALYSIS_WORKER_COUNT": str(args.parallel), "THREADS": "2",
-                "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens), "PROMPT_SAFETY_MARGIN_TOKENS": "256",
-                "DAGSTER_DISABLE_TELEMETRY": "1"}
+    base_env = {
+        **os.environ,
+        "HSI_ENV_FILE": os.devnull,
+        "CTX_SIZE": str(4096 * args.parallel),
+        "PARALLEL": str(args.parallel),
+        "ANALYSIS_WORKER_COUNT": str(args.parallel),
+        "THREADS": "2",
+        "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens),
+        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
     os.environ.update({k: v for k, v in base_env.items() if k != "DAGSTER_HOME"})
     os.environ["DAGSTER_HOME"] = str(work)  # never the repository's .dagster_home
-    from hsi_dagster.synthetic.streams import simulate
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
+    from hsi_dagster.synthetic.streams import simulate
 
     # Ctrl-C and SIGTERM both unwind through the finally below.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -201,27 +230,37 @@ def main() -> int:
     try:
         server = EmbeddedServerProcess(port=None, log_path=str(work / "llama.log")).start()
         base_env["LLAMA_SERVER_URL"] = os.environ["LLAMA_SERVER_URL"] = server.url
-        start = datetime.now(timezone.utc) - timedelta(hours=3)
+        start = datetime.now(UTC) - timedelta(hours=3)
         records = list(simulate(11, start=start, duration_s=args.minutes * 60, events_per_hour=30))
         batches = batches_of(records, str(work / "scratch.duckdb"))
         p = args.parallel
         if len(batches) < args.waves * p + args.burst:
             raise SystemExit(f"only {len(batches)} batches in {args.minutes} simulated minutes; raise --minutes")
-        waves = [group(batches[i * p:(i + 1) * p]) for i in range(args.waves)]
-        burst = group(batches[args.waves * p: args.waves * p + args.burst])
-        print(f"{len(waves)} waves of {args.parallel} + a burst of {len(burst[0])} batches; "
-              f"parallel={args.parallel} max_tokens={args.max_tokens}; work dir {work}", flush=True)
+        waves = [group(batches[i * p : (i + 1) * p]) for i in range(args.waves)]
+        burst = group(batches[args.waves * p : args.waves * p + args.burst])
+        print(
+            f"{len(waves)} waves of {args.parallel} + a burst of {len(burst[0])} batches; "
+            f"parallel={args.parallel} max_tokens={args.max_tokens}; work dir {work}",
+            flush=True,
+        )
 
         # The daemon runs in the work directory: Dagster loads a `.env` from its working directory into the code
         # server's environment, and the repository's `.env` would point the runs at data/hsi.duckdb.
         workspace = work / "workspace.yaml"
-        workspace.write_text(f"load_from:\n  - python_module:\n      module_name: hsi_dagster.definitions\n"
-                             f"      working_directory: {ROOT}\n")
+        workspace.write_text(
+            f"load_from:\n  - python_module:\n      module_name: hsi_dagster.definitions\n"
+            f"      working_directory: {ROOT}\n"
+        )
         daemon_lane = Lane("daemon", work, base_env)
         daemon_lane.apply_pool_limits()
-        daemon = subprocess.Popen([str(ROOT / ".venv/bin/dagster-daemon"), "run", "-w", str(workspace)],
-                                  env=daemon_lane.env, cwd=work, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        daemon = subprocess.Popen(
+            [str(ROOT / ".venv/bin/dagster-daemon"), "run", "-w", str(workspace)],
+            env=daemon_lane.env,
+            cwd=work,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_first_tick(work / "processes.log", daemon)
         print("sensor + daemon:", flush=True)
         daemon_res = measure(daemon_lane, waves, burst, log, daemon)
@@ -240,14 +279,18 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nbatches per lane: {len(waves) * args.parallel} in latency waves + {len(burst[0])} in the burst; "
-          f"parallel={args.parallel} max_tokens={args.max_tokens}")
+    print(
+        f"\nbatches per lane: {len(waves) * args.parallel} in latency waves + {len(burst[0])} in the burst; "
+        f"parallel={args.parallel} max_tokens={args.max_tokens}"
+    )
     for name, res in (("sensor + daemon", daemon_res), ("hsi process", cli_res)):
         o = res["overheads"]
-        print(f"{name}: orchestration overhead per batch (window visible -> row stored - LLM time) median "
-              f"{statistics.median(o):.2f}s, p90 {p90(o):.2f}s over {len(o)} batches; burst throughput "
-              f"{res['burst_n'] / res['burst_s'] * 60:.2f} assessments/min ({res['burst_n']} in {res['burst_s']:.1f}s, "
-              f"LLM time {res['burst_llm_s']:.1f}s); statuses {', '.join(res['statuses'])}")
+        print(
+            f"{name}: orchestration overhead per batch (window visible -> row stored - LLM time) median "
+            f"{statistics.median(o):.2f}s, p90 {p90(o):.2f}s over {len(o)} batches; burst throughput "
+            f"{res['burst_n'] / res['burst_s'] * 60:.2f} assessments/min ({res['burst_n']} in {res['burst_s']:.1f}s, "
+            f"LLM time {res['burst_llm_s']:.1f}s); statuses {', '.join(res['statuses'])}"
+        )
     return 0
 
 

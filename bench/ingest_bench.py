@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import resource
-import itertools
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hsi_dagster.synthetic import streams as sim  # noqa: E402
 from hsi_dagster.storage.ingest import ingest_files  # noqa: E402
+from hsi_dagster.synthetic import streams as sim  # noqa: E402
 
 TARGET_PER_S = 100_000
 BAD_FRACTION = 0.001
@@ -40,7 +40,7 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
     for stale in cache.glob(f"ingest-{detections}-{seed}-*"):  # inputs of older simulator versions
         stale.unlink()
     started = time.perf_counter()
-    start = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
     good = itertools.islice(sim.simulate(seed, start=start, duration_s=30 * 86400, events_per_hour=60), detections)
     bad = iter(sim.bad_lines(seed, int(detections * BAD_FRACTION)))
     every = int(1 / BAD_FRACTION)
@@ -54,7 +54,9 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
                     yield item.line
 
     count = sim.write_jsonl(path, lines())
-    print(f"generated {count} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f}s: {path}")
+    print(
+        f"generated {count} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f}s: {path}"
+    )
     return path
 
 

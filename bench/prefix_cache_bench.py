@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import build_sections  # noqa: E402
+from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
 
 
 def one_round(url: str, prompts: list[list[dict]], cache: bool) -> tuple[int, float]:
@@ -34,8 +34,10 @@ def one_round(url: str, prompts: list[list[dict]], cache: bool) -> tuple[int, fl
     started = time.perf_counter()
     with httpx.Client(base_url=url, timeout=600) as http:
         for messages in prompts:
-            reply = http.post("/v1/chat/completions", json={
-                "messages": messages, "max_tokens": 1, "cache_prompt": cache, "temperature": 0}).json()
+            reply = http.post(
+                "/v1/chat/completions",
+                json={"messages": messages, "max_tokens": 1, "cache_prompt": cache, "temperature": 0},
+            ).json()
             evaluated += reply["timings"]["prompt_n"]
     return evaluated, time.perf_counter() - started
 

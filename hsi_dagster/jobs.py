@@ -1,7 +1,6 @@
 """Jobs: the per-batch pipeline, the ingest of files, and partition retention."""
 
-
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -24,24 +23,31 @@ batch_pipeline_job = dg.define_asset_job(
 )
 
 ingest_job = dg.define_asset_job(
-    "ingest_detections", selection=[detections], executor_def=dg.in_process_executor,
+    "ingest_detections",
+    selection=[detections],
+    executor_def=dg.in_process_executor,
     description="Validate and load JSON Lines detection files.",
 )
 
 
 @dg.op(description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay).")
-def prune_batch_partitions(context: dg.OpExecutionContext, duckdb: HsiDuckDBResource,
-                           pipeline_settings: PipelineSettingsResource) -> int:
+def prune_batch_partitions(
+    context: dg.OpExecutionContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> int:
     settings = pipeline_settings.get()
-    cutoff = datetime.now(timezone.utc) - timedelta(days=settings.PARTITION_RETENTION_DAYS)
+    cutoff = datetime.now(UTC) - timedelta(days=settings.PARTITION_RETENTION_DAYS)
     with connect(duckdb.database, read_only=True) as conn:
-        old = {row[0] for row in conn.execute(
-            "SELECT batch_id FROM detection_batches WHERE closes_at < ?", [cutoff]).fetchall()}
+        old = {
+            row[0]
+            for row in conn.execute("SELECT batch_id FROM detection_batches WHERE closes_at < ?", [cutoff]).fetchall()
+        }
     existing = set(context.instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
     doomed = sorted(old & existing)
     for key in doomed:
         context.instance.delete_dynamic_partition(BATCH_PARTITIONS_NAME, key)
-    context.log.info(f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; {len(existing) - len(doomed)} remain")
+    context.log.info(
+        f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; {len(existing) - len(doomed)} remain"
+    )
     return len(doomed)
 
 
@@ -51,7 +57,9 @@ def partition_retention_job():
 
 
 partition_retention_schedule = dg.ScheduleDefinition(
-    name="partition_retention", job=partition_retention_job, cron_schedule="17 3 * * *",
+    name="partition_retention",
+    job=partition_retention_job,
+    cron_schedule="17 3 * * *",
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster only.",
 )

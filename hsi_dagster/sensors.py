@@ -1,20 +1,19 @@
 """Sensors: closed batch windows -> runs; inbox files -> ingest runs; risky assessments -> alerts."""
 
-
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 
-from hsi_dagster.storage.alerts import raise_alert, risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.assets.ingest import IngestConfig
-from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.core.window_cursor import WindowCursor, plan_tick
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.storage.alerts import raise_alert, risk_alert_for, unassessed_fast_path_alert
+from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
@@ -23,36 +22,51 @@ INBOX_PATTERNS = ("*.jsonl", "*.jsonl.gz")
 
 
 @dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
-def batch_window_sensor(context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource,
-                        pipeline_settings: PipelineSettingsResource) -> dg.SensorResult | dg.SkipReason:
+def batch_window_sensor(
+    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> dg.SensorResult | dg.SkipReason:
     """Each closed window once (run_key = batch_id), failed ones again after a back-off; read-only and capped."""
     settings = pipeline_settings.get()
     if not Path(duckdb.database).exists():
         return dg.SkipReason(f"no database at {duckdb.database} yet")
     with connect(duckdb.database, read_only=True) as conn:
-        closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(timezone.utc))
+        closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(UTC))
         unassessed = unassessed_batches(conn)
     cameras = {batch.batch_id: batch.camera_id for batch in closed}
-    plan = plan_tick(WindowCursor.from_json(context.cursor), [batch.batch_id for batch in closed], unassessed,
-                     time.time(), cap=settings.SENSOR_MAX_BATCHES_PER_TICK)
+    plan = plan_tick(
+        WindowCursor.from_json(context.cursor),
+        [batch.batch_id for batch in closed],
+        unassessed,
+        time.time(),
+        cap=settings.SENSOR_MAX_BATCHES_PER_TICK,
+    )
     for batch_id in plan.abandoned:
         context.log.error(f"batch {batch_id}: no assessment after repeated runs; giving up (see the failed runs)")
     if plan.deferred:
-        context.log.info(f"{plan.deferred} closed batches left for the next tick (cap {settings.SENSOR_MAX_BATCHES_PER_TICK})")
+        context.log.info(
+            f"{plan.deferred} closed batches left for the next tick (cap {settings.SENSOR_MAX_BATCHES_PER_TICK})"
+        )
     requests = [
-        dg.RunRequest(run_key=request.run_key, partition_key=request.batch_id,
-                      tags={"hsi/attempt": str(request.attempt), "hsi/camera": cameras.get(request.batch_id, "")})
+        dg.RunRequest(
+            run_key=request.run_key,
+            partition_key=request.batch_id,
+            tags={"hsi/attempt": str(request.attempt), "hsi/camera": cameras.get(request.batch_id, "")},
+        )
         for request in plan.requests
     ]
     return dg.SensorResult(
         run_requests=requests,
-        dynamic_partitions_requests=[batch_partitions.build_add_request(plan.new_partitions)] if plan.new_partitions else [],
+        dynamic_partitions_requests=[batch_partitions.build_add_request(plan.new_partitions)]
+        if plan.new_partitions
+        else [],
         cursor=plan.cursor.to_json(),
     )
 
 
 @dg.sensor(job=ingest_job, minimum_interval_seconds=10, default_status=dg.DefaultSensorStatus.RUNNING)
-def inbox_sensor(context: dg.SensorEvaluationContext, pipeline_settings: PipelineSettingsResource) -> dg.SensorResult | dg.SkipReason:
+def inbox_sensor(
+    context: dg.SensorEvaluationContext, pipeline_settings: PipelineSettingsResource
+) -> dg.SensorResult | dg.SkipReason:
     """Each file dropped in HSI_INBOX_DIR is ingested once, also after a restart (cursor, run_key and the
     `ingested_files` table all key on path, size and modification time)."""
     inbox = Path(pipeline_settings.get().HSI_INBOX_DIR)
@@ -69,34 +83,45 @@ def inbox_sensor(context: dg.SensorEvaluationContext, pipeline_settings: Pipelin
             version = f"{stat.st_size}:{stat.st_mtime_ns}"
             current[str(path)] = version
             if seen.get(str(path)) != version:
-                requests.append(dg.RunRequest(
-                    run_key=f"{path.name}:{version}",
-                    run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(path.resolve())])}),
-                ))
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"{path.name}:{version}",
+                        run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(path.resolve())])}),
+                    )
+                )
     return dg.SensorResult(run_requests=requests, cursor=dg.serialize_value(current))
 
 
 @dg.sensor(minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
-def high_risk_alert_sensor(context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource,
-                           pipeline_settings: PipelineSettingsResource) -> dg.SkipReason:
+def high_risk_alert_sensor(
+    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> dg.SkipReason:
     """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical."""
     settings = pipeline_settings.get()
-    records = context.instance.fetch_materializations(RISK_ASSESSMENTS_KEY, limit=200, cursor=context.cursor, ascending=True)
+    records = context.instance.fetch_materializations(
+        RISK_ASSESSMENTS_KEY, limit=200, cursor=context.cursor, ascending=True
+    )
     raised = 0
     if records.records:
         with connect(duckdb.database) as conn:
             for record in records.records:
                 alert = risk_alert_for(conn, record.partition_key) if record.partition_key else None
-                if alert and raise_alert(conn, alert, webhook_url=settings.ALERT_WEBHOOK_URL,
-                                         cooldown_s=settings.ALERT_COOLDOWN_SECONDS) is not None:
+                if (
+                    alert
+                    and raise_alert(
+                        conn, alert, webhook_url=settings.ALERT_WEBHOOK_URL, cooldown_s=settings.ALERT_COOLDOWN_SECONDS
+                    )
+                    is not None
+                ):
                     raised += 1
     context.update_cursor(records.cursor)
     return dg.SkipReason(f"{len(records.records)} assessments read, {raised} alerts raised")
 
 
 @dg.run_failure_sensor(monitored_jobs=[batch_pipeline_job], default_status=dg.DefaultSensorStatus.RUNNING)
-def unassessed_fast_path_sensor(context: dg.RunFailureSensorContext, duckdb: HsiDuckDBResource,
-                                pipeline_settings: PipelineSettingsResource) -> None:
+def unassessed_fast_path_sensor(
+    context: dg.RunFailureSensorContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> None:
     """A confident person that the LLM could not assess still alerts (without LLM text)."""
     batch_id = context.dagster_run.tags.get("dagster/partition")
     if not batch_id:

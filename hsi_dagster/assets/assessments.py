@@ -1,6 +1,5 @@
 """`risk_assessments`: the schema-constrained JSON verdict of the LLM for each batch, stored with its token figures."""
 
-
 import hashlib
 import json
 
@@ -8,9 +7,8 @@ import dagster as dg
 
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment, level_for_score, parse_assessment, repair_messages
-from hsi_dagster.partitions import LLAMA_SLOTS_POOL
 from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
-from hsi_dagster.partitions import batch_partitions
+from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.pipeline_tables import count_assessments, load_prompt, save_assessment
 
@@ -36,8 +34,9 @@ def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> 
     calls = [first]
     parsed = parse_assessment(first.content)
     if not parsed.ok:
-        second = llm.chat_json(repair_messages(messages, first.content, parsed.error or "invalid"), RISK_JSON_SCHEMA,
-                               max_tokens=max_tokens)
+        second = llm.chat_json(
+            repair_messages(messages, first.content, parsed.error or "invalid"), RISK_JSON_SCHEMA, max_tokens=max_tokens
+        )
         calls.append(second)
         retry = parse_assessment(second.content)
         if retry.ok:
@@ -60,17 +59,29 @@ def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> 
 
 
 @dg.asset(
-    partitions_def=batch_partitions, deps=[budgeted_prompts], group_name="pipeline", kinds={"duckdb"},
-    pool=LLAMA_SLOTS_POOL, retry_policy=LLM_RETRY_POLICY,
+    partitions_def=batch_partitions,
+    deps=[budgeted_prompts],
+    group_name="pipeline",
+    kinds={"duckdb"},
+    pool=LLAMA_SLOTS_POOL,
+    retry_policy=LLM_RETRY_POLICY,
     check_specs=[
-        dg.AssetCheckSpec(SCHEMA_VALID, asset="risk_assessments", description="The stored output validates against the risk schema"),
+        dg.AssetCheckSpec(
+            SCHEMA_VALID, asset="risk_assessments", description="The stored output validates against the risk schema"
+        ),
         dg.AssetCheckSpec(LEVEL_CONSISTENT, asset="risk_assessments", description="risk_level follows from risk_score"),
-        dg.AssetCheckSpec(ONE_ROW, asset="risk_assessments", blocking=True, description="Exactly one row for the batch"),
+        dg.AssetCheckSpec(
+            ONE_ROW, asset="risk_assessments", blocking=True, description="Exactly one row for the batch"
+        ),
         dg.AssetCheckSpec(WITHIN_SLOT, asset="risk_assessments", description="Server-counted prompt tokens <= budget"),
     ],
 )
-def risk_assessments(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource, llm: LlamaServerResource,
-                     pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:
+def risk_assessments(
+    context: dg.AssetExecutionContext,
+    duckdb: HsiDuckDBResource,
+    llm: LlamaServerResource,
+    pipeline_settings: PipelineSettingsResource,
+) -> dg.MaterializeResult:
     """Risk score 0-100, level, summary and reasoning from llama-server; at most PARALLEL of these steps run at once."""
     settings = pipeline_settings.get()
     batch_id = context.partition_key
@@ -80,23 +91,31 @@ def risk_assessments(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
     messages = prompt["messages"]
     prompt_hash = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     base_row = {
-        "batch_id": batch_id, "camera_id": camera_id, "context_budget": prompt["context_budget"],
-        "sections_removed": prompt["sections_removed"], "prompt_sha256": prompt_hash,
+        "batch_id": batch_id,
+        "camera_id": camera_id,
+        "context_budget": prompt["context_budget"],
+        "sections_removed": prompt["sections_removed"],
+        "prompt_sha256": prompt_hash,
     }
     try:
         info = llm.ensure_ready()
         fields, calls = _assess(llm, messages, settings.NEMOTRON_MAX_OUTPUT_TOKENS)
     except (LlamaServerUnavailable, SchemaNotEnforced) as exc:
         # Nothing is written: the batch stays unassessed, the step is retried, and the sensor asks again later.
-        raise dg.Failure(description=f"batch {batch_id}: {exc}", allow_retries=not isinstance(exc, SchemaNotEnforced)) from exc
+        raise dg.Failure(
+            description=f"batch {batch_id}: {exc}", allow_retries=not isinstance(exc, SchemaNotEnforced)
+        ) from exc
     except LlamaRequestRejected as exc:
         with duckdb.connection() as conn:
             save_assessment(conn, {**base_row, "status": "llm_rejected", "error": str(exc)})
-        raise dg.Failure(description=f"batch {batch_id}: the server rejected the prompt: {exc}", allow_retries=False) from exc
+        raise dg.Failure(
+            description=f"batch {batch_id}: the server rejected the prompt: {exc}", allow_retries=False
+        ) from exc
 
     last = calls[-1]
     row = {
-        **base_row, **fields,
+        **base_row,
+        **fields,
         "model": last.model or info.model,
         "prompt_tokens": calls[0].usage.prompt_tokens,
         "completion_tokens": sum(call.usage.completion_tokens for call in calls),
@@ -128,13 +147,24 @@ def risk_assessments(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
             "model": row["model"],
         },
         check_results=[
-            dg.AssetCheckResult(check_name=SCHEMA_VALID, passed=schema_ok, severity=dg.AssetCheckSeverity.WARN,
-                                metadata={"status": fields["status"]}),
-            dg.AssetCheckResult(check_name=LEVEL_CONSISTENT, passed=level_ok, severity=dg.AssetCheckSeverity.WARN,
-                                metadata={"model_risk_level": str(fields.get("model_risk_level"))}),
+            dg.AssetCheckResult(
+                check_name=SCHEMA_VALID,
+                passed=schema_ok,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"status": fields["status"]},
+            ),
+            dg.AssetCheckResult(
+                check_name=LEVEL_CONSISTENT,
+                passed=level_ok,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"model_risk_level": str(fields.get("model_risk_level"))},
+            ),
             dg.AssetCheckResult(check_name=ONE_ROW, passed=rows_for_batch == 1, metadata={"rows": rows_for_batch}),
-            dg.AssetCheckResult(check_name=WITHIN_SLOT, passed=row["context_utilization"] <= 1.0,
-                                severity=dg.AssetCheckSeverity.WARN,
-                                metadata={"prompt_tokens": row["prompt_tokens"], "budget": prompt["context_budget"]}),
+            dg.AssetCheckResult(
+                check_name=WITHIN_SLOT,
+                passed=row["context_utilization"] <= 1.0,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"prompt_tokens": row["prompt_tokens"], "budget": prompt["context_budget"]},
+            ),
         ],
     )

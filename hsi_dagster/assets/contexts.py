@@ -1,23 +1,28 @@
 """`enriched_contexts`: what the vision models saw in a batch, deduplicated and filtered, at the chosen quality."""
 
-
 import dagster as dg
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.storage.batches import load_batch
 from hsi_dagster.core.camera_profiles import load_camera_profiles
 from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES, build_context
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.storage.batches import load_batch
 from hsi_dagster.storage.pipeline_tables import save_context
 
 
 @dg.asset(
-    partitions_def=batch_partitions, deps=[detection_batches], group_name="pipeline", kinds={"duckdb"},
-   
+    partitions_def=batch_partitions,
+    deps=[detection_batches],
+    group_name="pipeline",
+    kinds={"duckdb"},
 )
-def enriched_contexts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource, enrichment: EnrichmentResource,
-                      pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:
+def enriched_contexts(
+    context: dg.AssetExecutionContext,
+    duckdb: HsiDuckDBResource,
+    enrichment: EnrichmentResource,
+    pipeline_settings: PipelineSettingsResource,
+) -> dg.MaterializeResult:
     """Detections summary, scene and one section per enrichment type; types late past the time limit are listed."""
     settings = pipeline_settings.get()
     with duckdb.connection() as conn:
@@ -28,7 +33,8 @@ def enriched_contexts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResour
         context.log.warning(f"enrichment: {error}")
     profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH) if settings.CAMERA_CONTEXT_PATH else {}
     enriched = build_context(
-        batch, fetched.detections,
+        batch,
+        fetched.detections,
         quality_level=settings.ENRICHMENT_QUALITY_LEVEL,
         clip_noise_threshold=settings.CLIP_NOISE_THRESHOLD,
         camera_profile=profiles.get(batch["camera_id"]),
@@ -37,12 +43,19 @@ def enriched_contexts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResour
         fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
     )
     with duckdb.connection() as conn:
-        save_context(conn, context.partition_key, enriched.to_json(), settings.ENRICHMENT_QUALITY_LEVEL,
-                     list(fetched.missing_types))
-    return dg.MaterializeResult(metadata={
-        "camera_id": batch["camera_id"],
-        "quality_level": settings.ENRICHMENT_QUALITY_LEVEL,
-        "types_included": ", ".join(enriched.types_included),
-        "missing_enrichment": ", ".join(fetched.missing_types) or "none",
-        "enrichment_s": round(fetched.elapsed_s, 3),
-    })
+        save_context(
+            conn,
+            context.partition_key,
+            enriched.to_json(),
+            settings.ENRICHMENT_QUALITY_LEVEL,
+            list(fetched.missing_types),
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "camera_id": batch["camera_id"],
+            "quality_level": settings.ENRICHMENT_QUALITY_LEVEL,
+            "types_included": ", ".join(enriched.types_included),
+            "missing_enrichment": ", ".join(fetched.missing_types) or "none",
+            "enrichment_s": round(fetched.elapsed_s, 3),
+        }
+    )

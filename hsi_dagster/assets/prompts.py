@@ -1,16 +1,15 @@
 """`budgeted_prompts`: the exact chat messages for a batch, fitted to one llama-server slot."""
 
-
 import hashlib
 
 import dagster as dg
 
 from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.cli.metrics import CONTEXT_UTILIZATION
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
 from hsi_dagster.core.prompt import build_sections
-from hsi_dagster.cli.metrics import CONTEXT_UTILIZATION
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.pipeline_tables import load_context_json, save_prompt
@@ -29,34 +28,62 @@ def token_counter() -> TokenCounter:
 
 
 @dg.asset(
-    partitions_def=batch_partitions, deps=[enriched_contexts], group_name="pipeline", kinds={"duckdb"},
-   
-    check_specs=[dg.AssetCheckSpec(UTILIZATION_CHECK, asset="budgeted_prompts", blocking=True,
-                                   description="The prompt fits its slot: utilization <= 1.0")],
+    partitions_def=batch_partitions,
+    deps=[enriched_contexts],
+    group_name="pipeline",
+    kinds={"duckdb"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            UTILIZATION_CHECK,
+            asset="budgeted_prompts",
+            blocking=True,
+            description="The prompt fits its slot: utilization <= 1.0",
+        )
+    ],
 )
-def budgeted_prompts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResource, llm: LlamaServerResource,
-                     pipeline_settings: PipelineSettingsResource) -> dg.MaterializeResult:
+def budgeted_prompts(
+    context: dg.AssetExecutionContext,
+    duckdb: HsiDuckDBResource,
+    llm: LlamaServerResource,
+    pipeline_settings: PipelineSettingsResource,
+) -> dg.MaterializeResult:
     """Static instructions first (byte-identical, so the server's prompt cache reuses them), then the batch's sections;
     over budget, whole sections go in a fixed order."""
     settings = pipeline_settings.get()
     with duckdb.connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
     live_slot = llm.live_slot_context()
-    slot_context, source = (live_slot, "server /props per-slot n_ctx") if live_slot else (
-        settings.slot_context, "settings CTX_SIZE / PARALLEL")
+    slot_context, source = (
+        (live_slot, "server /props per-slot n_ctx")
+        if live_slot
+        else (settings.slot_context, "settings CTX_SIZE / PARALLEL")
+    )
     # The budget is in tokens of the served model; cl100k estimates are scaled by the calibrated ratio to fit it.
     budget = prompt_budget(slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS)
     estimate_budget = int(budget / settings.PROMPT_TOKEN_RATIO)
-    fitted = fit_to_budget(build_sections(enriched), camera_profile_text(enriched.camera_profile), estimate_budget,
-                           token_counter(), batch_id=context.partition_key)
+    fitted = fit_to_budget(
+        build_sections(enriched),
+        camera_profile_text(enriched.camera_profile),
+        estimate_budget,
+        token_counter(),
+        batch_id=context.partition_key,
+    )
     if fitted.warning:
         context.log.warning(fitted.warning)
     prefix_hash = hashlib.sha256(fitted.static_prefix.encode()).hexdigest()
     with duckdb.connection() as conn:
-        save_prompt(conn, context.partition_key, messages=fitted.messages, tokens_estimate=fitted.tokens_after,
-                    tokens_before=fitted.tokens_before, budget=budget, budget_source=source,
-                    utilization=fitted.utilization, sections_removed=fitted.sections_removed,
-                    static_prefix_sha256=prefix_hash)
+        save_prompt(
+            conn,
+            context.partition_key,
+            messages=fitted.messages,
+            tokens_estimate=fitted.tokens_after,
+            tokens_before=fitted.tokens_before,
+            budget=budget,
+            budget_source=source,
+            utilization=fitted.utilization,
+            sections_removed=fitted.sections_removed,
+            static_prefix_sha256=prefix_hash,
+        )
     CONTEXT_UTILIZATION.labels(enriched.batch.camera_id).set(fitted.utilization)
     user_text = fitted.messages[-1]["content"]
     return dg.MaterializeResult(
@@ -74,8 +101,11 @@ def budgeted_prompts(context: dg.AssetExecutionContext, duckdb: HsiDuckDBResourc
             "static_prefix_sha256": prefix_hash[:16],
             "prompt_preview": dg.MetadataValue.md(f"```\n{user_text[:PREVIEW_CHARS]}\n```"),
         },
-        check_results=[dg.AssetCheckResult(
-            check_name=UTILIZATION_CHECK, passed=fitted.utilization <= 1.0,
-            metadata={"utilization": round(fitted.utilization, 4), "budget": budget},
-        )],
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=UTILIZATION_CHECK,
+                passed=fitted.utilization <= 1.0,
+                metadata={"utilization": round(fitted.utilization, 4), "budget": budget},
+            )
+        ],
     )

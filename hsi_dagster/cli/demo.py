@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH
@@ -31,13 +31,13 @@ def _server_is_up(url: str, api_key: str | None) -> bool:
 
 
 def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> int:
-    from hsi_dagster.synthetic.streams import simulate, write_jsonl
-    from hsi_dagster.storage.ingest import ingest_files
     from hsi_dagster.cli.instance import ensure_dagster_home
-    from hsi_dagster.llm.embedded import EmbeddedServerProcess
-    from hsi_dagster.cli.report import build_report
     from hsi_dagster.cli.process import process
+    from hsi_dagster.cli.report import build_report
+    from hsi_dagster.llm.embedded import EmbeddedServerProcess
     from hsi_dagster.storage.db import connect
+    from hsi_dagster.storage.ingest import ingest_files
+    from hsi_dagster.synthetic.streams import simulate, write_jsonl
 
     started = time.perf_counter()
     if not os.environ.get("HSI_DUCKDB_PATH"):
@@ -50,11 +50,18 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
         stale.unlink(missing_ok=True)  # the demo's report covers this run only
     home = ensure_dagster_home()
 
-    yesterday = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    yesterday = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
     sample = db.parent / f"demo-seed{seed}.jsonl"
-    records = [record for hour, segment_seed in DEMO_SEGMENTS
-               for record in simulate(segment_seed + seed, start=yesterday + timedelta(hours=hour),
-                                      duration_s=minutes * 60, events_per_hour=DEMO_EVENTS_PER_HOUR)]
+    records = [
+        record
+        for hour, segment_seed in DEMO_SEGMENTS
+        for record in simulate(
+            segment_seed + seed,
+            start=yesterday + timedelta(hours=hour),
+            duration_s=minutes * 60,
+            events_per_hour=DEMO_EVENTS_PER_HOUR,
+        )
+    ]
     count = write_jsonl(sample, records)
     print(f"1/4 simulated {count} detections: two {minutes:g}-minute segments of last night -> {sample}")
 
@@ -66,8 +73,10 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
         server = EmbeddedServerProcess(port=settings.LLM_PORT, log_path=str(db.parent / "llama-server.log"))
         server.start()
         os.environ["LLAMA_SERVER_URL"] = server.url
-        print(f"2/4 started the embedded llama.cpp server at {server.url} ({settings.model_file.name}, "
-              f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})")
+        print(
+            f"2/4 started the embedded llama.cpp server at {server.url} ({settings.model_file.name}, "
+            f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})"
+        )
     try:
         report = ingest_files(str(db), [sample], settings=settings)
         print(f"3/4 ingested: {report.loaded} loaded, {report.quarantined} quarantined")
@@ -79,7 +88,7 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
             mark = "ok" if run.success else f"FAILED: {run.error}"
             print(f"    [{done[0]}] {run.batch_id}: {mark} ({run.seconds:.1f}s)", flush=True)
 
-        result = process(load_settings(), datetime.now(timezone.utc), on_result=progress)
+        result = process(load_settings(), datetime.now(UTC), on_result=progress)
     finally:
         if server is not None:
             server.stop()
@@ -89,5 +98,7 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
     print()
     print(f"demo finished in {time.perf_counter() - started:.0f}s; {len(result.failed)} failed runs.")
     print("See the runs and the lineage in the Dagster UI:")
-    print(f"  DAGSTER_HOME={home} HSI_DUCKDB_PATH={db} .venv/bin/dagster dev -w workspace.yaml   # then open http://127.0.0.1:3000")
+    print(
+        f"  DAGSTER_HOME={home} HSI_DUCKDB_PATH={db} .venv/bin/dagster dev -w workspace.yaml   # then open http://127.0.0.1:3000"
+    )
     return 1 if result.failed else 0

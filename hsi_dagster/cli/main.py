@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 
@@ -21,14 +21,16 @@ class UsageError(Exception):
 def parse_timestamp(text: str) -> datetime:
     """RFC 3339 with an offset (as in the contract); `now` is accepted."""
     if text == "now":
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--as-of {text!r}: not an RFC 3339 timestamp with an offset (e.g. 2026-12-01T02:14:05Z)") from None
+        raise UsageError(
+            f"--as-of {text!r}: not an RFC 3339 timestamp with an offset (e.g. 2026-12-01T02:14:05Z)"
+        ) from None
     if value.tzinfo is None:
         raise UsageError(f"--as-of {text!r}: the timestamp needs an offset (Z or +HH:MM)")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def _settings(args: argparse.Namespace):
@@ -53,12 +55,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    from hsi_dagster.storage.batches import list_batches
     from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.storage.batches import list_batches
     from hsi_dagster.storage.db import connect
 
     settings = _settings(args)
-    as_of = parse_timestamp(args.as_of) if args.as_of else datetime.now(timezone.utc)
+    as_of = parse_timestamp(args.as_of) if args.as_of else datetime.now(UTC)
     if not Path(settings.HSI_DUCKDB_PATH).exists():
         raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: run `hsi ingest` first")
     with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
@@ -67,8 +69,10 @@ def cmd_batches(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(row, default=_json_default, ensure_ascii=False))
         else:
-            print(f"{row['batch_id']}  {row['camera_id']:<14} {_iso(row['started_at'])} -> {_iso(row['closes_at'])}"
-                  f"  {row['close_reason']:<9} {len(row['detection_ids'])} detections")
+            print(
+                f"{row['batch_id']}  {row['camera_id']:<14} {_iso(row['started_at'])} -> {_iso(row['closes_at'])}"
+                f"  {row['close_reason']:<9} {len(row['detection_ids'])} detections"
+            )
     if not args.json:
         print(f"{len(rows)} batches as of {as_of.isoformat()}")
     return 0
@@ -78,7 +82,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     from hsi_dagster.cli.process import process
 
     settings = _settings(args)
-    as_of = parse_timestamp(args.as_of) if args.as_of else datetime.now(timezone.utc)
+    as_of = parse_timestamp(args.as_of) if args.as_of else datetime.now(UTC)
 
     def show(run) -> None:
         state = "ok" if run.success else f"FAILED: {run.error}"
@@ -105,9 +109,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         files = simulate_live(args.inbox, args.rate, args.seconds, args.seed)
         print(f"wrote {len(files)} files into {args.inbox}")
         return 0
-    start = parse_timestamp(args.start) if args.start else datetime.now(timezone.utc) - timedelta(minutes=args.minutes + 5)
-    count = write_jsonl(args.out, simulate(args.seed, start=start, duration_s=args.minutes * 60,
-                                           events_per_hour=args.events_per_hour))
+    start = (
+        parse_timestamp(args.start) if args.start else datetime.now(UTC) - timedelta(minutes=args.minutes + 5)
+    )
+    count = write_jsonl(
+        args.out, simulate(args.seed, start=start, duration_s=args.minutes * 60, events_per_hour=args.events_per_hour)
+    )
     print(f"wrote {count} detections to {args.out}")
     return 0
 
@@ -121,8 +128,8 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
 
 def cmd_llm_calibrate(args: argparse.Namespace) -> int:
     """cl100k estimates vs the served model's exact counts (/apply-template + /tokenize) over generated prompts."""
-    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate, calibration_prompts
     from hsi_dagster.core.budget import TokenCounter
+    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate, calibration_prompts
     from hsi_dagster.llm.client import LlamaClient
 
     settings = _settings(args)
@@ -130,10 +137,14 @@ def cmd_llm_calibrate(args: argparse.Namespace) -> int:
         client.wait_until_ready()
         report = calibrate(client.count_prompt_tokens, calibration_prompts(args.samples), TokenCounter())
     suggested = round(report.max_ratio * RATIO_HEADROOM + 0.005, 2)
-    print(f"{len(report.rows)} prompts: served tokens / cl100k estimate: median {report.median_ratio:.3f}, "
-          f"max {report.max_ratio:.3f}")
-    print(f"set PROMPT_TOKEN_RATIO={suggested} in .env (max ratio + {RATIO_HEADROOM - 1:.0%} headroom); "
-          f"now {settings.PROMPT_TOKEN_RATIO}")
+    print(
+        f"{len(report.rows)} prompts: served tokens / cl100k estimate: median {report.median_ratio:.3f}, "
+        f"max {report.max_ratio:.3f}"
+    )
+    print(
+        f"set PROMPT_TOKEN_RATIO={suggested} in .env (max ratio + {RATIO_HEADROOM - 1:.0%} headroom); "
+        f"now {settings.PROMPT_TOKEN_RATIO}"
+    )
     return 0
 
 

@@ -6,7 +6,7 @@ scrape, so they are right whichever process (CLI, daemon-launched run) did the w
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client import Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -27,11 +27,17 @@ class DuckDBMetricsCollector(Collector):
         from hsi_dagster.storage.db import connect
 
         utilization = GaugeMetricFamily(
-            "hsi_context_utilization_ratio", "Prompt tokens / prompt budget of the latest assessment per camera", labels=["camera_id"]
+            "hsi_context_utilization_ratio",
+            "Prompt tokens / prompt budget of the latest assessment per camera",
+            labels=["camera_id"],
         )
-        assessments = CounterMetricFamily("hsi_risk_assessments", "Stored risk assessments", labels=["status", "risk_level"])
+        assessments = CounterMetricFamily(
+            "hsi_risk_assessments", "Stored risk assessments", labels=["status", "risk_level"]
+        )
         quarantined = CounterMetricFamily("hsi_quarantined_records", "Input records sent to quarantine")
-        cached = GaugeMetricFamily("hsi_cached_prompt_token_share", "Cached prompt tokens / prompt tokens, all assessments")
+        cached = GaugeMetricFamily(
+            "hsi_cached_prompt_token_share", "Cached prompt tokens / prompt tokens, all assessments"
+        )
         with connect(self.db_path, read_only=True) as conn:
             for camera_id, value in conn.execute(
                 "SELECT camera_id, arg_max(context_utilization, assessed_at) FROM risk_assessments"

@@ -14,17 +14,16 @@ import fcntl
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
 
-from hsi_dagster.storage.batches import pending_closed_batches
-from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.cli.instance import get_instance
-from hsi_dagster.partitions import DUCKDB_WRITES_POOL, LLAMA_SLOTS_POOL
-from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
+from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, DUCKDB_WRITES_POOL, LLAMA_SLOTS_POOL
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
@@ -112,8 +111,12 @@ def reclaim_orphans(instance) -> int:
     free their slots."""
     import dagster as dg
 
-    orphans = instance.get_runs(filters=dg.RunsFilter(tags=SOURCE_TAG, statuses=[
-        dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED]))
+    orphans = instance.get_runs(
+        filters=dg.RunsFilter(
+            tags=SOURCE_TAG,
+            statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED],
+        )
+    )
     for run in orphans:
         instance.report_run_failed(run, message="hsi process ended before this run finished")
     storage = instance.event_log_storage
@@ -125,8 +128,13 @@ def reclaim_orphans(instance) -> int:
     return len(orphans)
 
 
-def process(settings: HsiSettings, as_of: datetime, *, workers: int | None = None,
-            on_result: Callable[[BatchRun], None] | None = None) -> ProcessReport:
+def process(
+    settings: HsiSettings,
+    as_of: datetime,
+    *,
+    workers: int | None = None,
+    on_result: Callable[[BatchRun], None] | None = None,
+) -> ProcessReport:
     """Materialize the batch pipeline for every batch closed as of `as_of`. Failed batches stay pending."""
     started = time.perf_counter()
     instance = get_instance(settings)
@@ -152,8 +160,9 @@ def _process_locked(instance, settings, as_of, started, workers, on_result) -> P
     workers = workers or min(len(batch_ids), settings.PARALLEL)
     tags = {**SOURCE_TAG, "hsi/as_of": as_of.isoformat()}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                             initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(os.getpid(),)
+    ) as pool:
         futures = [pool.submit(_run_batch, batch_id, tags) for batch_id in batch_ids]
         for future in as_completed(futures):
             run = future.result()

@@ -32,7 +32,9 @@ def build_report(conn, batch_ids: list[str], *, top: int = 2) -> str:
         counts = {level: sum(1 for r in assessed if r[6] == level) for level in LEVEL_ORDER}
         level_text = ", ".join(f"{counts[level]} {level}" for level in LEVEL_ORDER if counts[level]) or "none assessed"
         fast = sum(1 for r in items if r[2] == "fast_path")
-        lines.append(f"{camera}: {len(items)} batches ({fast} fast path), {sum(r[3] or 0 for r in items)} detections; {level_text}")
+        lines.append(
+            f"{camera}: {len(items)} batches ({fast} fast path), {sum(r[3] or 0 for r in items)} detections; {level_text}"
+        )
         for r in sorted(assessed, key=lambda r: -r[5])[:top]:
             lines.append(f"  [{r[6]:>8} {r[5]:>3}] {r[7]}")
         for r in items:
@@ -50,9 +52,14 @@ def build_report(conn, batch_ids: list[str], *, top: int = 2) -> str:
         f"assessed: {len(ok)} ok, {sum(1 for r in rows if r[4] == 'invalid_output')} invalid output, "
         f"{sum(1 for r in rows if r[4] is None)} pending",
         f"context utilization: median {median(utilization):.2f}, max {max(utilization):.2f}; "
-        f"{trimmed} prompts had sections removed" if utilization else "context utilization: n/a",
+        f"{trimmed} prompts had sections removed"
+        if utilization
+        else "context utilization: n/a",
         f"latency per assessment: median {median(latency) / 1000:.1f}s, p95 {_percentile(latency, 0.95) / 1000:.1f}s"
-        if latency else "latency: n/a",
-        f"cached prompt tokens: {cached} of {prompt_tokens} ({cached / prompt_tokens:.0%})" if prompt_tokens else "cached prompt tokens: n/a",
+        if latency
+        else "latency: n/a",
+        f"cached prompt tokens: {cached} of {prompt_tokens} ({cached / prompt_tokens:.0%})"
+        if prompt_tokens
+        else "cached prompt tokens: n/a",
     ]
     return "\n".join(lines)

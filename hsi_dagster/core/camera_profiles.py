@@ -103,7 +103,10 @@ class CameraProfile(_Strict):
                 + "; ".join(v.description + (f" (plate {v.plate})" if v.plate else "") for v in self.resident_vehicles)
             )
         if self.pets:
-            lines.append("residents' pets: " + "; ".join(p.species + (f" ({p.description})" if p.description else "") for p in self.pets))
+            lines.append(
+                "residents' pets: "
+                + "; ".join(p.species + (f" ({p.description})" if p.description else "") for p in self.pets)
+            )
         if self.working_hours:
             lines.append(
                 "expected workers: " + "; ".join(f"{w.who} {w.days} {w.start}-{w.end}" for w in self.working_hours)
@@ -127,7 +130,9 @@ def _entries(raw: Any, source: str) -> list[tuple[str, dict]]:
         for camera_id, body in cameras.items():
             body = dict(body or {})
             if body.setdefault("camera_id", str(camera_id)) != str(camera_id):
-                raise CameraProfileError(f"{source}: camera {camera_id!r}: camera_id {body['camera_id']!r} differs from its key")
+                raise CameraProfileError(
+                    f"{source}: camera {camera_id!r}: camera_id {body['camera_id']!r} differs from its key"
+                )
             out.append((str(camera_id), body))
         return out
     if isinstance(cameras, list):
@@ -150,7 +155,9 @@ def load_camera_profiles(path: str | Path) -> dict[str, CameraProfile]:
     try:
         raw = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CameraProfileError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}") from None
+        raise CameraProfileError(
+            f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}"
+        ) from None
     profiles: dict[str, CameraProfile] = {}
     for camera_id, body in _entries(raw, str(path)):
         if camera_id in profiles:

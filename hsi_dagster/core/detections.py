@@ -26,7 +26,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Union
 
 MAX_LINE_BYTES = 65536
@@ -38,8 +38,8 @@ MAX_TAG_CHARS = 128  # track_id, zone
 MAX_TEXT_CHARS = 2048  # any text inside enrichment (captions, descriptions)
 MAX_LIST_ITEMS = 64  # clip classes, florence regions
 MAX_ENRICHMENT_BYTES = 32768
-TS_MIN = datetime(1970, 1, 1, tzinfo=timezone.utc)
-TS_MAX = datetime(2200, 1, 1, tzinfo=timezone.utc)
+TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TS_MAX = datetime(2200, 1, 1, tzinfo=UTC)
 
 # Patterns shared with the SQL fast path: RE2 and Python's re read them the same way (ASCII classes only).
 CAMERA_ID_PATTERN = r"[A-Za-z0-9_.-]{1,64}"
@@ -73,12 +73,12 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Obj:
-    fields: dict[str, "Spec"]
+    fields: dict[str, Spec]
 
 
 @dataclass(frozen=True)
 class ListOf:
-    item: "Spec"
+    item: Spec
 
 
 Spec = Union[Leaf, Obj, ListOf]
@@ -178,7 +178,7 @@ class _NonFinite:
 
 def format_ts(ts: datetime) -> str:
     """Canonical RFC 3339 UTC text with microseconds, e.g. 2026-12-01T02:14:05.120000Z."""
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def truncate_raw(raw: str | bytes, limit: int = RAW_MAX_CHARS) -> str:
@@ -311,10 +311,14 @@ def parse_ts(value: Any, field: str = "ts") -> datetime:
         sign = 1 if offset[0] == "+" else -1
         delta = sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
     if not (TS_MIN.year - 1 <= local.year <= TS_MAX.year):
-        raise _Invalid(f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}")
-    utc = (local - delta).replace(tzinfo=timezone.utc)
+        raise _Invalid(
+            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}"
+        )
+    utc = (local - delta).replace(tzinfo=UTC)
     if not TS_MIN <= utc < TS_MAX:
-        raise _Invalid(f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}")
+        raise _Invalid(
+            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}"
+        )
     return utc
 
 
@@ -431,11 +435,16 @@ def _build(record: dict[str, Any]) -> Detection:
         if record.get(name) is None:
             raise _Invalid(f"{name}: required field is missing" + (" (null)" if name in record else ""))
     detection_id = _string(
-        record["detection_id"], "detection_id", _ID_RE, f"be 1-{MAX_DETECTION_ID_CHARS} characters without control characters"
+        record["detection_id"],
+        "detection_id",
+        _ID_RE,
+        f"be 1-{MAX_DETECTION_ID_CHARS} characters without control characters",
     )
     camera_id = _string(record["camera_id"], "camera_id", _CAMERA_ID_RE, f"match {CAMERA_ID_PATTERN}")
     ts = parse_ts(record["ts"])
-    label = _string(record["label"], "label", _LABEL_RE, f"be 1-{MAX_LABEL_CHARS} characters without control characters")
+    label = _string(
+        record["label"], "label", _LABEL_RE, f"be 1-{MAX_LABEL_CHARS} characters without control characters"
+    )
     confidence = _number(record["confidence"], "confidence", "a number between 0 and 1")
     if not 0.0 <= confidence <= 1.0:
         raise _Invalid(f"confidence: must be a number between 0 and 1, got {_show(record['confidence'])}")
@@ -456,7 +465,9 @@ def validate_record(line: str | bytes, *, source: str, line_no: int) -> Detectio
     except _Invalid as exc:
         return Rejection(source, line_no, truncate_raw(line), str(exc))
     except Exception as exc:  # pragma: no cover - a bug here must not stop ingestion
-        return Rejection(source, line_no, truncate_raw(line), f"line: could not be validated ({type(exc).__name__}: {exc})")
+        return Rejection(
+            source, line_no, truncate_raw(line), f"line: could not be validated ({type(exc).__name__}: {exc})"
+        )
 
 
 def _validate(line: str | bytes) -> Detection:

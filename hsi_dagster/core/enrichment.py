@@ -22,9 +22,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from statistics import fmean
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,7 +33,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from hsi_dagster.core.camera_profiles import CameraProfile
 
 ENRICHMENT_TYPES: tuple[str, ...] = (
-    "florence", "clip", "pose", "action", "pet", "weather", "vehicle", "clothing", "violence", "reid", "depth",
+    "florence",
+    "clip",
+    "pose",
+    "action",
+    "pet",
+    "weather",
+    "vehicle",
+    "clothing",
+    "violence",
+    "reid",
+    "depth",
 )
 QUALITY_LEVEL_TYPES: dict[str, tuple[str, ...]] = {
     "full": ENRICHMENT_TYPES,
@@ -61,12 +72,7 @@ REPEAT_THRESHOLD = 0.80
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 STOPWORDS = frozenset(
-    """a an the and or but of to in on at by for from with without into onto over under near next beside behind
-    off out up down around through toward towards across along against between is are was were be been
-    being am has have had do does did it its it's this that these those there here he she they them his her their
-    him we us our you your i me my as while who which what where when some any one two several other another very
-    also just can could may might appears appear seems seem seen visible image picture photo frame shows show
-    showing shown view scene camera""".split()
+    ["a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "from", "with", "without", "into", "onto", "over", "under", "near", "next", "beside", "behind", "off", "out", "up", "down", "around", "through", "toward", "towards", "across", "along", "against", "between", "is", "are", "was", "were", "be", "been", "being", "am", "has", "have", "had", "do", "does", "did", "it", "its", "it's", "this", "that", "these", "those", "there", "here", "he", "she", "they", "them", "his", "her", "their", "him", "we", "us", "our", "you", "your", "i", "me", "my", "as", "while", "who", "which", "what", "where", "when", "some", "any", "one", "two", "several", "other", "another", "very", "also", "just", "can", "could", "may", "might", "appears", "appear", "seems", "seem", "seen", "visible", "image", "picture", "photo", "frame", "shows", "show", "showing", "shown", "view", "scene", "camera"]
 )
 
 
@@ -238,7 +244,7 @@ class EnrichedContext(_Model):
         return self.model_dump_json()
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "EnrichedContext":
+    def from_json(cls, text: str | bytes) -> EnrichedContext:
         return cls.model_validate_json(text)
 
 
@@ -252,7 +258,7 @@ def _as_datetime(value: Any) -> datetime:
         raise TypeError(f"expected a datetime, got {type(value).__name__}")
     if dt.tzinfo is None:
         raise ValueError(f"timestamp {value!r} has no UTC offset (the contract requires aware timestamps)")
-    return dt.astimezone(timezone.utc)
+    return dt.astimezone(UTC)
 
 
 def _time_of_day(hour: int) -> Literal["night", "morning", "afternoon", "evening"]:
@@ -368,8 +374,14 @@ def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, ligh
         is_dark=lighting == "night" or (lighting is None and time_of_day == "night"),
         items=[
             DetectionItem(
-                detection_id=d.id, ts=d.ts, label=d.label, confidence=d.confidence, zone=d.zone,
-                track_id=d.track_id, is_late=d.is_late, fast_path=d.fast_path,
+                detection_id=d.id,
+                ts=d.ts,
+                label=d.label,
+                confidence=d.confidence,
+                zone=d.zone,
+                track_id=d.track_id,
+                is_late=d.is_late,
+                fast_path=d.fast_path,
             )
             for d in dets
         ],
@@ -455,7 +467,10 @@ def _summarise_florence(dets: list[_Det]) -> FlorenceSummary | None:
     if not found:
         return None
     return FlorenceSummary(
-        entries=entries, regions_total=regions_total, regions_dropped_repeat=regions_repeat, duplicates_dropped=duplicates
+        entries=entries,
+        regions_total=regions_total,
+        regions_dropped_repeat=regions_repeat,
+        duplicates_dropped=duplicates,
     )
 
 
@@ -557,7 +572,9 @@ def build_context(
 ) -> EnrichedContext:
     """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit."""
     if quality_level not in QUALITY_LEVEL_TYPES:
-        raise ValueError(f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}")
+        raise ValueError(
+            f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}"
+        )
     missing = sorted(set(missing_types))
     unknown = [t for t in missing if t not in ENRICHMENT_TYPES]
     if unknown:

@@ -27,9 +27,10 @@ import copy
 import json
 import threading
 import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Collection, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import httpx
 
@@ -47,14 +48,18 @@ class EnrichmentResult:
 
 
 class EnrichmentSource(Protocol):
-    def fetch(self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]) -> EnrichmentResult:
+    def fetch(
+        self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
+    ) -> EnrichmentResult:
         """Detections with their enrichment payloads for `types`, and the types that did not arrive in time."""
 
 
 class InlineEnrichment:
     """Payloads are already inside the detection records (contract section 1): nothing to wait for."""
 
-    def fetch(self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]) -> EnrichmentResult:
+    def fetch(
+        self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
+    ) -> EnrichmentResult:
         return EnrichmentResult(detections=[dict(d) for d in detections])
 
 
@@ -126,7 +131,9 @@ class HttpEnrichment:
             if out.error is None:
                 out.error = f"gateway request failed: {type(exc).__name__}: {exc}"
 
-    def fetch(self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]) -> EnrichmentResult:
+    def fetch(
+        self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
+    ) -> EnrichmentResult:
         start = time.monotonic()
         deadline = start + self.timeout_s
         requested = [t for t in ENRICHMENT_TYPES if t in set(types)]
@@ -135,20 +142,31 @@ class HttpEnrichment:
             "camera_id": str(batch.get("camera_id")),
             "types": requested,
             "detections": [
-                {"detection_id": str(d["detection_id"]), "camera_id": str(d.get("camera_id", batch.get("camera_id"))), "ts": _iso(d["ts"])}
+                {
+                    "detection_id": str(d["detection_id"]),
+                    "camera_id": str(d.get("camera_id", batch.get("camera_id"))),
+                    "ts": _iso(d["ts"]),
+                }
                 for d in detections
             ],
         }
         out = _Collected()
         client = httpx.Client(timeout=httpx.Timeout(self.timeout_s), transport=self._transport)
-        worker = threading.Thread(target=self._run, args=(client, body, deadline, out), name="enrichment-gateway", daemon=True)
+        worker = threading.Thread(
+            target=self._run, args=(client, body, deadline, out), name="enrichment-gateway", daemon=True
+        )
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
         timed_out = worker.is_alive()
         client.close()  # on a timeout this drops the pooled connection; the daemon worker then ends on its own
         with out.lock:
             results = {k: dict(v) for k, v in out.results.items()}
-            complete, done, gateway_missing, error = out.complete, set(out.done_types), set(out.gateway_missing), out.error
+            complete, done, gateway_missing, error = (
+                out.complete,
+                set(out.done_types),
+                set(out.gateway_missing),
+                out.error,
+            )
         errors = []
         if timed_out:
             errors.append(f"enrichment deadline of {self.timeout_s:g} s passed")

@@ -110,8 +110,17 @@ _MAX_RAW_ENRICHMENT = MAX_ENRICHMENT_BYTES // 2
 _MAX_RAW_WITH_UNKNOWN = MAX_ENRICHMENT_BYTES // 5
 
 _CONTROL = "'[\\x00-\\x1F\\x7F]'"
-_FIELDS = {"detection_id": "VARCHAR", "camera_id": "VARCHAR", "ts": "VARCHAR", "label": "VARCHAR", "confidence": "DOUBLE",
-           "bbox": "DOUBLE[]", "track_id": "VARCHAR", "zone": "VARCHAR", "enrichment": "JSON"}
+_FIELDS = {
+    "detection_id": "VARCHAR",
+    "camera_id": "VARCHAR",
+    "ts": "VARCHAR",
+    "label": "VARCHAR",
+    "confidence": "DOUBLE",
+    "bbox": "DOUBLE[]",
+    "track_id": "VARCHAR",
+    "zone": "VARCHAR",
+    "enrichment": "JSON",
+}
 _STRUCTURE = "{" + ", ".join(f'"{name}": "{kind}"' for name, kind in _FIELDS.items()) + "}"
 _FINISH_CHECKS = [
     "j IS NOT NULL",

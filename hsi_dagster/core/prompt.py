@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Sequence
 from zoneinfo import ZoneInfo
 
 from hsi_dagster.core.enrichment import (
@@ -32,8 +32,19 @@ from hsi_dagster.core.enrichment import (
 )
 
 SECTION_KEYS: tuple[str, ...] = (
-    "detections", "scene", "florence", "clip", "pose", "action", "pet", "weather", "vehicle", "clothing",
-    "violence", "reid", "depth",
+    "detections",
+    "scene",
+    "florence",
+    "clip",
+    "pose",
+    "action",
+    "pet",
+    "weather",
+    "vehicle",
+    "clothing",
+    "violence",
+    "reid",
+    "depth",
 )
 SECTION_TITLES: dict[str, str] = {
     "detections": "Detections",
@@ -162,7 +173,7 @@ class Section:
     omitted: int = 0
 
     @classmethod
-    def from_items(cls, key: str, head: str, items: Sequence[SectionItem], noun: str) -> "Section":
+    def from_items(cls, key: str, head: str, items: Sequence[SectionItem], noun: str) -> Section:
         return cls(key, SECTION_TITLES[key], head + "".join(i.line for i in items), head, tuple(items), noun)
 
     def rank_order(self) -> list[int]:
@@ -177,7 +188,7 @@ class Section:
         groups = ", ".join(f"{label} {n}" for label, n in Counter(i.group for i in omitted).most_common())
         return f"({len(omitted)} more {self.noun} not listed, to fit the context: {groups})\n"
 
-    def shortened(self, keep: int, order: Sequence[int] | None = None) -> "Section":
+    def shortened(self, keep: int, order: Sequence[int] | None = None) -> Section:
         """The same section with only the `keep` most valuable lines (original order) and a count of the rest."""
         chosen = set((self.rank_order() if order is None else order)[: max(0, keep)])
         kept = [item for i, item in enumerate(self.items) if i in chosen]
@@ -187,7 +198,7 @@ class Section:
 
 
 def block_prefix(section: Section) -> str:
-    return f"## {section.title}\n<camera_data section=\"{section.key}\">\n"
+    return f'## {section.title}\n<camera_data section="{section.key}">\n'
 
 
 BLOCK_SUFFIX = "</camera_data>\n\n"
@@ -218,7 +229,9 @@ def render_tail(removed: Sequence[str] = ()) -> str:
     return "".join(tail_pieces(removed))
 
 
-def render_messages(sections: Sequence[Section], camera_profile_text: str, *, removed: Sequence[str] = ()) -> list[dict]:
+def render_messages(
+    sections: Sequence[Section], camera_profile_text: str, *, removed: Sequence[str] = ()
+) -> list[dict]:
     """OpenAI chat messages: the static system prompt, then camera context + sections + closing line."""
     user = render_profile_block(camera_profile_text) + "".join(render_block(s) for s in sections) + render_tail(removed)
     return [{"role": "system", "content": STATIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
@@ -254,8 +267,10 @@ def _detections_section(ctx: EnrichedContext) -> Section:
     ]
     if d.local_start:
         light = f"; scene lighting {d.lighting}" if d.lighting else ""
-        head.append(f"time: {d.local_start} to {d.local_end[11:] if d.local_end else ''} {d.timezone} ({d.span_s:g} s), "
-                    f"{d.time_of_day}{light}{', dark' if d.is_dark else ''}")
+        head.append(
+            f"time: {d.local_start} to {d.local_end[11:] if d.local_end else ''} {d.timezone} ({d.span_s:g} s), "
+            f"{d.time_of_day}{light}{', dark' if d.is_dark else ''}"
+        )
     if d.by_label:
         head.append("labels: " + ", ".join(f"{q(k, 64)} {n}" for k, n in d.by_label.items()))
         head.append(f"confidence: min {_c(d.confidence_min)}, mean {_c(d.confidence_mean)}, max {_c(d.confidence_max)}")
@@ -286,7 +301,13 @@ def _detections_section(ctx: EnrichedContext) -> Section:
             + (f" {' '.join(notes)}" if notes else "")
             + "\n"
         )
-        rank = (item.fast_path, item.label in HIGH_VALUE_LABELS, round(item.confidence, 1), item.is_late, item.confidence)
+        rank = (
+            item.fast_path,
+            item.label in HIGH_VALUE_LABELS,
+            round(item.confidence, 1),
+            item.is_late,
+            item.confidence,
+        )
         items.append(SectionItem(line, rank, q(item.label, 64)))
     return Section.from_items("detections", "".join(line + "\n" for line in head), items, "detections")
 
@@ -319,7 +340,11 @@ def _florence_section(ctx: EnrichedContext) -> Section | None:
         parts += [f"dense {q(c)}" for c in entry.dense_captions]
         if entry.regions:
             parts.append("regions " + ", ".join(f"{q(r.label, 64)}: {q(r.caption)}" for r in entry.regions[:8]))
-        line = f"- {_local(entry.ts, tz)} {who} {q(entry.label, 64)} {entry.max_confidence:.2f}: " + "; ".join(parts) + "\n"
+        line = (
+            f"- {_local(entry.ts, tz)} {who} {q(entry.label, 64)} {entry.max_confidence:.2f}: "
+            + "; ".join(parts)
+            + "\n"
+        )
         items.append(SectionItem(line, _rank(entry), q(entry.label, 64)))
     return Section.from_items("florence", head, items, "captioned detections")
 
@@ -340,7 +365,9 @@ def _observation_line(kind: str, obs: Observation) -> str:
     for key in OBSERVATION_FIELDS[kind]:
         if key in obs.fields:
             value = obs.fields[key]
-            parts.append(f"{key} {('yes' if value else 'no') if isinstance(value, bool) else ('-' if value is None else q(value, 120))}")
+            parts.append(
+                f"{key} {('yes' if value else 'no') if isinstance(value, bool) else ('-' if value is None else q(value, 120))}"
+            )
         elif key in obs.numbers:
             r = obs.numbers[key]
             if kind == "depth" and r.first != r.last:

@@ -22,7 +22,12 @@ from hsi_dagster.core.text import strip_think
 
 RiskLevel = Literal["low", "medium", "high", "critical"]
 RISK_LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
-LEVEL_BANDS: tuple[tuple[str, int, int], ...] = (("low", 0, 29), ("medium", 30, 59), ("high", 60, 84), ("critical", 85, 100))
+LEVEL_BANDS: tuple[tuple[str, int, int], ...] = (
+    ("low", 0, 29),
+    ("medium", 30, 59),
+    ("high", 60, 84),
+    ("critical", 85, 100),
+)
 
 SUMMARY_MAX = 200
 REASONING_MAX = 800
@@ -221,8 +226,15 @@ def _optional_items(data: dict, key: str, model: type[BaseModel], limit: int, wa
     items = []
     for index, item in enumerate(raw[:limit]):
         if isinstance(item, dict):
-            item = {k: (_cut(v, NAME_MAX if k in ("factor_name", "type") else TEXT_MAX) if isinstance(v, str) else v) for k, v in item.items()}
-            if key == "risk_factors" and isinstance(item.get("contribution"), (int, float)) and not isinstance(item["contribution"], bool):
+            item = {
+                k: (_cut(v, NAME_MAX if k in ("factor_name", "type") else TEXT_MAX) if isinstance(v, str) else v)
+                for k, v in item.items()
+            }
+            if (
+                key == "risk_factors"
+                and isinstance(item.get("contribution"), (int, float))
+                and not isinstance(item["contribution"], bool)
+            ):
                 item["contribution"] = max(-50, min(50, int(round(item["contribution"]))))
         try:
             items.append(model.model_validate(item))
@@ -244,7 +256,9 @@ def parse_assessment(text: str) -> ParsedAssessment:
     model_level = raw_level.strip().lower() if isinstance(raw_level, str) else None
     score = _to_score(data.get("risk_score"))
     if score is None:
-        return ParsedAssessment(None, None, model_level, False, f"risk_score is missing or not a number: {data.get('risk_score')!r}")
+        return ParsedAssessment(
+            None, None, model_level, False, f"risk_score is missing or not a number: {data.get('risk_score')!r}"
+        )
     if not 0 <= score <= 100:
         warnings.append(f"risk_score {score} clamped to 0-100")
         score = max(0, min(100, score))
@@ -254,7 +268,9 @@ def parse_assessment(text: str) -> ParsedAssessment:
         warnings.append(f"model said risk_level {model_level!r} but score {score} is {derived!r}; using {derived!r}")
     missing = [key for key in ("summary", "reasoning") if not isinstance(data.get(key), str) or not data[key].strip()]
     if missing:
-        return ParsedAssessment(None, derived, model_level, disagrees, f"required field(s) missing or empty: {', '.join(missing)}", warnings)
+        return ParsedAssessment(
+            None, derived, model_level, disagrees, f"required field(s) missing or empty: {', '.join(missing)}", warnings
+        )
     confidence = data.get("confidence_factors")
     confidence_model = None
     if isinstance(confidence, dict):
@@ -270,7 +286,9 @@ def parse_assessment(text: str) -> ParsedAssessment:
         risk_factors=_optional_items(data, "risk_factors", RiskFactor, MAX_FACTORS, warnings),
         entities=_optional_items(data, "entities", Entity, MAX_ENTITIES, warnings),
         flags=_optional_items(data, "flags", Flag, MAX_FLAGS, warnings),
-        recommended_action=_cut(data.get("recommended_action"), TEXT_MAX) if isinstance(data.get("recommended_action"), str) else None,
+        recommended_action=_cut(data.get("recommended_action"), TEXT_MAX)
+        if isinstance(data.get("recommended_action"), str)
+        else None,
         confidence_factors=confidence_model,
     )
     return ParsedAssessment(assessment, derived, model_level, disagrees, None, warnings)

@@ -20,7 +20,7 @@ class WindowCursor:
     in_flight: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, text: str | None) -> "WindowCursor":
+    def from_json(cls, text: str | None) -> WindowCursor:
         if not text:
             return cls()
         data = json.loads(text)
@@ -46,8 +46,16 @@ class TickPlan:
     abandoned: list[str]
 
 
-def plan_tick(cursor: WindowCursor, closed: list[str], unassessed: dict[str, float], now: float, *, cap: int,
-              grace_seconds: float = RETRY_GRACE_SECONDS, max_attempts: int = MAX_ATTEMPTS) -> TickPlan:
+def plan_tick(
+    cursor: WindowCursor,
+    closed: list[str],
+    unassessed: dict[str, float],
+    now: float,
+    *,
+    cap: int,
+    grace_seconds: float = RETRY_GRACE_SECONDS,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> TickPlan:
     """`closed`: closed windows not yet recorded, oldest first; `unassessed`: recorded batches with no stored
     assessment -> epoch seconds when recorded. Returns the run requests of this tick and the next cursor."""
     in_flight = {key: list(value) for key, value in cursor.in_flight.items()}

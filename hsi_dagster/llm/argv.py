@@ -97,11 +97,15 @@ def _validate(options: LlamaServerOptions, api_key_file: str | None) -> None:
         raise ArgvError("CTX_SIZE", f"{options.ctx_size} leaves no context for each of the {options.parallel} slots")
     gpu_layers = str(options.gpu_layers).strip().lower()
     if not (gpu_layers in ("auto", "all") or gpu_layers.isdigit()):
-        raise ArgvError("GPU_LAYERS", f"{options.gpu_layers!r} is invalid: accepted values are auto, all, or a whole number")
+        raise ArgvError(
+            "GPU_LAYERS", f"{options.gpu_layers!r} is invalid: accepted values are auto, all, or a whole number"
+        )
     for field in ("cache_type_k", "cache_type_v"):
         value = getattr(options, field)
         if value not in KV_CACHE_TYPES:
-            raise ArgvError(VARIABLE_OF[field], f"{value!r} is invalid: accepted values are {', '.join(KV_CACHE_TYPES)}")
+            raise ArgvError(
+                VARIABLE_OF[field], f"{value!r} is invalid: accepted values are {', '.join(KV_CACHE_TYPES)}"
+            )
     if options.cache_type_v not in FLOAT_CACHE_TYPES and not options.flash_attention:
         raise ArgvError(
             "CACHE_TYPE_V",
@@ -194,11 +198,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Build the llama-server command line from .env / the environment (the same settings as `hsi`).",
     )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--print", dest="mode", action="store_const", const="print", help="print it as one shell-quoted line (default)")
-    mode.add_argument("--exec", dest="mode", action="store_const", const="exec", help="replace this process with llama-server")
+    mode.add_argument(
+        "--print", dest="mode", action="store_const", const="print", help="print it as one shell-quoted line (default)"
+    )
+    mode.add_argument(
+        "--exec", dest="mode", action="store_const", const="exec", help="replace this process with llama-server"
+    )
     parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
-    parser.add_argument("--binary", default="llama-server", help="llama-server executable (default: llama-server on PATH)")
-    parser.add_argument("--api-key-file", default=None, help="file holding the API key(s), one per line (default: LLAMA_API_KEY_FILE)")
+    parser.add_argument(
+        "--binary", default="llama-server", help="llama-server executable (default: llama-server on PATH)"
+    )
+    parser.add_argument(
+        "--api-key-file", default=None, help="file holding the API key(s), one per line (default: LLAMA_API_KEY_FILE)"
+    )
     parser.set_defaults(mode="print")
     return parser
 
@@ -229,7 +241,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.mode == "exec" and not os.path.isfile(command[command.index("--model") + 1]):
             raise ArgvError("MODEL_PATH", f"{options.model_path} does not exist (is the model volume mounted?)")
     except (SettingsError, ArgvError) as exc:
-        print(f"error: invalid configuration: {exc}" if isinstance(exc, ArgvError) else f"error: {exc}", file=sys.stderr)
+        print(
+            f"error: invalid configuration: {exc}" if isinstance(exc, ArgvError) else f"error: {exc}", file=sys.stderr
+        )
         return 2
     if args.mode == "print":
         print(shlex.join(command))

@@ -111,7 +111,7 @@ class ChatResult:
 _registry_lock = threading.Lock()
 _ready_info: dict[str, ServerInfo] = {}
 _ready_locks: dict[str, threading.Lock] = {}
-_slot_semaphores: dict[str, tuple[int, "SlotLimiter"]] = {}
+_slot_semaphores: dict[str, tuple[int, SlotLimiter]] = {}
 _apis: dict[str, str] = {}  # base URL -> API_LLAMA | API_OPENAI, once detected
 _token_modes: dict[str, str] = {}  # base URL -> "llama" (/apply-template + /tokenize) | "openai" | "none"
 _openai_models: dict[str, str] = {}  # base URL -> model id from /v1/models (sent as `model` in OpenAI mode)
@@ -152,7 +152,7 @@ class SlotLimiter:
             self._free += 1
             SLOTS_CHANGED.notify_all()
 
-    def __enter__(self) -> "SlotLimiter":
+    def __enter__(self) -> SlotLimiter:
         self.acquire()
         return self
 
@@ -283,7 +283,7 @@ class LlamaClient:
     def __repr__(self) -> str:  # never show the key
         return f"LlamaClient({self.base_url!r}, api_key={'***' if self._api_key else None})"
 
-    def __enter__(self) -> "LlamaClient":
+    def __enter__(self) -> LlamaClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -444,14 +444,19 @@ class LlamaClient:
             if total_slots is None:
                 total_slots = len(slots)
             elif len(slots) != total_slots:
-                logger.warning("%s says %s slots but /slots lists %d; using the smaller", where, total_slots, len(slots))
+                logger.warning(
+                    "%s says %s slots but /slots lists %d; using the smaller", where, total_slots, len(slots)
+                )
                 total_slots = min(int(total_slots), len(slots))
             if slot_ctxs:
                 if slot_context is None:
                     slot_context = min(slot_ctxs)
                 elif min(slot_ctxs) != slot_context:
                     logger.warning(
-                        "%s says %s tokens per slot but /slots says %s; using the smallest", where, slot_context, slot_ctxs
+                        "%s says %s tokens per slot but /slots says %s; using the smallest",
+                        where,
+                        slot_context,
+                        slot_ctxs,
                     )
                     slot_context = min([int(slot_context), *slot_ctxs])
         if slot_context is None or total_slots is None:

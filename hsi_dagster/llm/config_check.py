@@ -56,11 +56,23 @@ def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
     )
     findings = []
     if budget < MIN_PROMPT_TOKENS:
-        findings.append(Finding("error", "CTX_SIZE", f"{detail}, less than the minimal prompt ({MIN_PROMPT_TOKENS}); raise CTX_SIZE or lower PARALLEL"))
+        findings.append(
+            Finding(
+                "error",
+                "CTX_SIZE",
+                f"{detail}, less than the minimal prompt ({MIN_PROMPT_TOKENS}); raise CTX_SIZE or lower PARALLEL",
+            )
+        )
     elif budget < 2 * MIN_PROMPT_TOKENS:
         findings.append(Finding("warning", "CTX_SIZE", f"{detail}; enrichment sections will often be dropped"))
     if meta is not None and meta.n_ctx_train and slot > meta.n_ctx_train:
-        findings.append(Finding("warning", "CTX_SIZE", f"{slot} tokens per slot exceed the model's training context ({meta.n_ctx_train})"))
+        findings.append(
+            Finding(
+                "warning",
+                "CTX_SIZE",
+                f"{slot} tokens per slot exceed the model's training context ({meta.n_ctx_train})",
+            )
+        )
     return findings
 
 
@@ -119,9 +131,17 @@ def _moe(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
                                     "(N_CPU_MOE for 'experts of the first N layers on the CPU')"))  # fmt: skip
     if settings.N_CPU_MOE and meta is not None:
         if not meta.is_moe:
-            findings.append(Finding("warning", "N_CPU_MOE", f"{meta.architecture} has no MoE experts: N_CPU_MOE does nothing"))
-        elif settings.N_CPU_MOE > meta.n_layer:
-            findings.append(Finding("info", "N_CPU_MOE", f"{settings.N_CPU_MOE} exceeds the {meta.n_layer} layers: every expert is on the CPU"))
+            findings.append(
+                Finding("warning", "N_CPU_MOE", f"{meta.architecture} has no MoE experts: N_CPU_MOE does nothing")
+            )
+        elif meta.n_layer < settings.N_CPU_MOE:
+            findings.append(
+                Finding(
+                    "info",
+                    "N_CPU_MOE",
+                    f"{settings.N_CPU_MOE} exceeds the {meta.n_layer} layers: every expert is on the CPU",
+                )
+            )
     return findings
 
 
@@ -132,7 +152,13 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
                                 "KV shifting is impossible on hybrid/recurrent models, so CACHE_REUSE has no effect; prefix reuse "
                                 "comes from context checkpoints (check timings.cache_n)"))  # fmt: skip
     if meta is not None and settings.GPU_LAYERS.isdigit() and int(settings.GPU_LAYERS) > meta.n_layer + 1:
-        findings.append(Finding("info", "GPU_LAYERS", f"{settings.GPU_LAYERS} is more than the model's {meta.n_layer} layers: same as 'all'"))
+        findings.append(
+            Finding(
+                "info",
+                "GPU_LAYERS",
+                f"{settings.GPU_LAYERS} is more than the model's {meta.n_layer} layers: same as 'all'",
+            )
+        )
     if settings.LLM_HOST not in LOOPBACK_HOSTS and settings.api_key is None:
         findings.append(Finding("warning", "LLAMA_API_KEY",
                                 f"llama-server listens on {settings.LLM_HOST} without an API key; set LLAMA_API_KEY (and the "
@@ -186,7 +212,9 @@ def run_config_check(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_config_check_arguments(argparse.ArgumentParser(prog="hsi config check", description=__doc__.splitlines()[0]))
+    parser = add_config_check_arguments(
+        argparse.ArgumentParser(prog="hsi config check", description=__doc__.splitlines()[0])
+    )
     return run_config_check(parser.parse_args(argv))
 
 

@@ -82,7 +82,9 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
             "a quantized V cache needs flash attention"
         )
     if options.ctx_size < options.parallel:
-        raise SettingsError(f"CTX_SIZE={options.ctx_size} is invalid: it must be at least PARALLEL ({options.parallel})")
+        raise SettingsError(
+            f"CTX_SIZE={options.ctx_size} is invalid: it must be at least PARALLEL ({options.parallel})"
+        )
 
     params = xllamacpp.CommonParams()
     params.model.path = str(model)
@@ -115,7 +117,9 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
             params.tensor_buft_overrides = ",".join(overrides)
         except ValueError as exc:
             variable = "OVERRIDE_TENSOR" if options.override_tensor else "N_CPU_MOE"
-            raise SettingsError(f"{variable}={options.override_tensor or options.n_cpu_moe!r} is invalid: {exc}") from None
+            raise SettingsError(
+                f"{variable}={options.override_tensor or options.n_cpu_moe!r} is invalid: {exc}"
+            ) from None
 
     if options.draft_model_path:
         draft = Path(options.draft_model_path)
@@ -250,7 +254,7 @@ class EmbeddedServerProcess:
         except OSError:
             return ""
 
-    def start(self, *, wait: bool = True) -> "EmbeddedServerProcess":
+    def start(self, *, wait: bool = True) -> EmbeddedServerProcess:
         """Spawn the server; with wait=True block until GET /health is ok (bounded by startup_timeout)."""
         if self._proc is not None:
             raise EmbeddedServerError(f"embedded server {self.url} was already started")
@@ -324,7 +328,7 @@ class EmbeddedServerProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "EmbeddedServerProcess":
+    def __enter__(self) -> EmbeddedServerProcess:
         if self._proc is None:
             self.start()
         return self

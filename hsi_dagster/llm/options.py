@@ -36,7 +36,9 @@ class LlamaServerOptions:
     cont_batching: bool = True
 
     @classmethod
-    def from_settings(cls, settings: HsiSettings, *, model_path: Path | None = None, host: str | None = None) -> "LlamaServerOptions":
+    def from_settings(
+        cls, settings: HsiSettings, *, model_path: Path | None = None, host: str | None = None
+    ) -> LlamaServerOptions:
         return cls(
             model_path=model_path or settings.model_file,
             host=host or settings.LLM_HOST,

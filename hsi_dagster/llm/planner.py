@@ -33,7 +33,7 @@ import re
 import struct
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -72,7 +72,9 @@ def bytes_per_element(cache_type: str) -> float:
     try:
         block_size, type_size = gguf.GGML_QUANT_SIZES[CACHE_TYPE_TO_GGML[cache_type]]
     except KeyError:
-        raise ValueError(f"unknown cache type {cache_type!r}: accepted values are {', '.join(CACHE_TYPE_TO_GGML)}") from None
+        raise ValueError(
+            f"unknown cache type {cache_type!r}: accepted values are {', '.join(CACHE_TYPE_TO_GGML)}"
+        ) from None
     return type_size / block_size
 
 
@@ -149,11 +151,15 @@ class ModelMetadata:
         return self.n_expert > 0
 
     # --- per-token and per-sequence state ---
-    def kv_bytes_per_token(self, cache_type_k: str = "f16", cache_type_v: str = "f16", layers: Sequence[int] | None = None) -> float:
+    def kv_bytes_per_token(
+        self, cache_type_k: str = "f16", cache_type_v: str = "f16", layers: Sequence[int] | None = None
+    ) -> float:
         """K + V bytes one token occupies across `layers` (default: every attention layer)."""
         chosen = self.attention_layers if layers is None else [il for il in layers if il in set(self.attention_layers)]
         k_per_elem, v_per_elem = bytes_per_element(cache_type_k), bytes_per_element(cache_type_v)
-        return sum(self.n_head_kv[il] * (self.key_length * k_per_elem + self.value_length * v_per_elem) for il in chosen)
+        return sum(
+            self.n_head_kv[il] * (self.key_length * k_per_elem + self.value_length * v_per_elem) for il in chosen
+        )
 
     @property
     def recurrent_values_per_layer(self) -> int:
@@ -263,7 +269,9 @@ def _per_layer(value: Any, n_layer: int, default: int = 0) -> tuple[int, ...]:
     return (int(value),) * n_layer
 
 
-def metadata_from_fields(fields: dict[str, Any], tensors: Sequence[TensorInfo] = (), path: str | None = None) -> ModelMetadata:
+def metadata_from_fields(
+    fields: dict[str, Any], tensors: Sequence[TensorInfo] = (), path: str | None = None
+) -> ModelMetadata:
     """Build ModelMetadata from GGUF key/values (real key names: `{arch}.ssm.inner_size`, ...)."""
     arch = str(fields.get(gguf.Keys.General.ARCHITECTURE) or "")
     if not arch:
@@ -337,7 +345,7 @@ class PlanInputs:
     cuda_overhead_mib: int = DEFAULT_CUDA_OVERHEAD_MIB
 
     @classmethod
-    def from_settings(cls, settings: Any, *, gpu_mem_gib: float | None = None) -> "PlanInputs":
+    def from_settings(cls, settings: Any, *, gpu_mem_gib: float | None = None) -> PlanInputs:
         """From HsiSettings (or anything with the same variable names)."""
         return cls(
             ctx_size=settings.CTX_SIZE,
@@ -485,7 +493,12 @@ def _estimate(meta: ModelMetadata, inputs: PlanInputs) -> Plan:
     gpu_total = weights_gpu + kv_gpu + recurrent_gpu + compute + overhead
     kv = int(per_token * kv_cells)
     recurrent = recurrent_per_seq * inputs.parallel
-    host = weights_cpu + (kv - kv_gpu) + (recurrent - recurrent_gpu) + (0 if gpu_layers else _compute_bytes(meta, inputs, slot_cells))
+    host = (
+        weights_cpu
+        + (kv - kv_gpu)
+        + (recurrent - recurrent_gpu)
+        + (0 if gpu_layers else _compute_bytes(meta, inputs, slot_cells))
+    )
     gpu_mem = int(inputs.gpu_mem_gib * GIB) if inputs.gpu_mem_gib is not None else None
     margin = inputs.margin_mib * MIB
     fits = None if gpu_mem is None else gpu_total + margin <= gpu_mem
@@ -543,7 +556,9 @@ def _suggestions(meta: ModelMetadata, plan: Plan) -> list[str]:
                 )
                 break
         else:
-            out.append("even N_CPU_MOE = all layers does not fit: lower CTX_SIZE/PARALLEL or use a smaller quantization")
+            out.append(
+                "even N_CPU_MOE = all layers does not fit: lower CTX_SIZE/PARALLEL or use a smaller quantization"
+            )
     if inputs.parallel > 1 and plan.recurrent_gpu_bytes > 0:
         saved = plan.recurrent_gpu_bytes // inputs.parallel
         out.append(
@@ -556,14 +571,22 @@ def _suggestions(meta: ModelMetadata, plan: Plan) -> list[str]:
             shrink = math.ceil(deficit / per_token / KV_CELL_PADDING) * KV_CELL_PADDING
             target = inputs.ctx_size - shrink
             if target >= 512 * inputs.parallel:
-                out.append(f"lower CTX_SIZE to {target} (KV cache {_fmt(per_token)} per token, about {_fmt(per_token * shrink)} saved)")
+                out.append(
+                    f"lower CTX_SIZE to {target} (KV cache {_fmt(per_token)} per token, about {_fmt(per_token * shrink)} saved)"
+                )
             else:
-                out.append(f"CTX_SIZE alone cannot close a {_fmt(deficit)} gap: the whole KV cache is {_fmt(plan.kv_gpu_bytes)}")
+                out.append(
+                    f"CTX_SIZE alone cannot close a {_fmt(deficit)} gap: the whole KV cache is {_fmt(plan.kv_gpu_bytes)}"
+                )
     if inputs.cache_type_k == "f16" and inputs.cache_type_v == "f16" and plan.kv_gpu_bytes > 0:
         quant = _estimate(meta, replace(inputs, cache_type_k="q8_0", cache_type_v="q8_0"))
-        out.append(f"CACHE_TYPE_K/V=q8_0 saves {_fmt(plan.kv_gpu_bytes - quant.kv_gpu_bytes)} (needs FLASH_ATTENTION=true for V)")
+        out.append(
+            f"CACHE_TYPE_K/V=q8_0 saves {_fmt(plan.kv_gpu_bytes - quant.kv_gpu_bytes)} (needs FLASH_ATTENTION=true for V)"
+        )
     if str(inputs.gpu_layers) in ("auto", "all"):
-        out.append("GPU_LAYERS=auto lets llama.cpp drop whole layers to the CPU when short; N_CPU_MOE is usually faster")
+        out.append(
+            "GPU_LAYERS=auto lets llama.cpp drop whole layers to the CPU when short; N_CPU_MOE is usually faster"
+        )
     return out
 
 
@@ -571,7 +594,9 @@ def _notes(meta: ModelMetadata, plan: Plan) -> list[str]:
     inputs = plan.inputs
     notes = []
     if meta.is_hybrid:
-        dense_equiv = meta.n_head_kv[meta.attention_layers[0]] * (meta.key_length + meta.value_length) * 2 * meta.n_layer
+        dense_equiv = (
+            meta.n_head_kv[meta.attention_layers[0]] * (meta.key_length + meta.value_length) * 2 * meta.n_layer
+        )
         notes.append(
             f"hybrid model: KV cache in {plan.attention_layers} of {plan.n_layer} layers "
             f"({_fmt(plan.kv_bytes_per_token)}/token at {inputs.cache_type_k}/{inputs.cache_type_v}; a dense model of this shape "
@@ -579,17 +604,25 @@ def _notes(meta: ModelMetadata, plan: Plan) -> list[str]:
             f"{_fmt(plan.recurrent_bytes_per_seq)} of f32 state per slot, which cache types do not shrink"
         )
         quant = _estimate(meta, replace(inputs, cache_type_k="q8_0", cache_type_v="q8_0"))
-        notes.append(f"KV quantization (q8_0) would save {_fmt(plan.kv_bytes - quant.kv_bytes)} in total at this CTX_SIZE")
+        notes.append(
+            f"KV quantization (q8_0) would save {_fmt(plan.kv_bytes - quant.kv_bytes)} in total at this CTX_SIZE"
+        )
         notes.append(
             "host RAM also holds context checkpoints for hybrid models (each one a copy of a slot's recurrent "
             f"state, {_fmt(plan.recurrent_bytes_per_seq)}; up to --ctx-checkpoints per slot) and the prompt cache (--cache-ram)"
         )
     if meta.n_ctx_train and plan.slot_cells > meta.n_ctx_train:
-        notes.append(f"each slot gets {plan.slot_cells} tokens, more than the model was trained on ({meta.n_ctx_train})")
+        notes.append(
+            f"each slot gets {plan.slot_cells} tokens, more than the model was trained on ({meta.n_ctx_train})"
+        )
     if plan.slot_cells * inputs.parallel != inputs.ctx_size:
-        notes.append(f"llama.cpp pads each slot to {plan.slot_cells} tokens (CTX_SIZE {inputs.ctx_size} / PARALLEL {inputs.parallel})")
+        notes.append(
+            f"llama.cpp pads each slot to {plan.slot_cells} tokens (CTX_SIZE {inputs.ctx_size} / PARALLEL {inputs.parallel})"
+        )
     if str(inputs.gpu_layers) == "auto":
-        notes.append("GPU_LAYERS=auto: this plan assumes every layer fits; llama.cpp --fit moves layers off the GPU if not")
+        notes.append(
+            "GPU_LAYERS=auto: this plan assumes every layer fits; llama.cpp --fit moves layers off the GPU if not"
+        )
     return notes
 
 

@@ -126,7 +126,7 @@ class LlamaRouter:
     @classmethod
     def from_urls(
         cls, urls: Sequence[str] | str, *, router_options: dict | None = None, **client_kwargs: Any
-    ) -> "LlamaRouter":
+    ) -> LlamaRouter:
         """One LlamaClient per URL (a list, or the comma-separated LLAMA_SERVER_URL format)."""
         if isinstance(urls, str):
             urls = [url for url in urls.split(",") if url.strip()]
@@ -139,7 +139,7 @@ class LlamaRouter:
     def __repr__(self) -> str:
         return f"LlamaRouter({self.urls!r})"
 
-    def __enter__(self) -> "LlamaRouter":
+    def __enter__(self) -> LlamaRouter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -223,6 +223,7 @@ class LlamaRouter:
     def _start_probe(self, server: _Server, target: Callable[[_Server], None]) -> None:
         """Run `target` in a daemon thread; the server is out of selection (probing) until it finishes.
         Call with SLOTS_CHANGED held."""
+
         def run() -> None:
             try:
                 target(server)

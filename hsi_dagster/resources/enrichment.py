@@ -1,7 +1,7 @@
 """Where a batch's vision-model outputs come from, with the enrichment time limit (ENRICHMENT_TIMEOUT_SECONDS)."""
 
-
-from typing import Any, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import dagster as dg
 
@@ -19,5 +19,7 @@ class EnrichmentResource(dg.ConfigurableResource):
     gateway_url: str = "http://127.0.0.1:8092"
     timeout_seconds: float = 30.0
 
-    def fetch(self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]) -> EnrichmentResult:
+    def fetch(
+        self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
+    ) -> EnrichmentResult:
         return enrichment_source(self.backend, self.gateway_url, self.timeout_seconds).fetch(batch, detections, types)

@@ -20,7 +20,6 @@ processes the Dagster concurrency pool (sized to the slots of all servers togeth
 slots from being oversubscribed.
 """
 
-
 import threading
 
 import dagster as dg

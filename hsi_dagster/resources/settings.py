@@ -1,6 +1,5 @@
 """The pipeline's settings inside Dagster: `.env` read by pydantic-settings, with per-deployment overrides."""
 
-
 import dagster as dg
 from pydantic import PrivateAttr
 

@@ -1,8 +1,7 @@
 """DuckDB access for Dagster steps: dagster-duckdb's resource, plus the migration and lock-wait we need."""
 
-
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import duckdb
 from dagster_duckdb import DuckDBResource

@@ -13,8 +13,9 @@ it is batched by the same rules with the other unassigned detections, into a new
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import duckdb
 
@@ -30,7 +31,7 @@ from hsi_dagster.core.batching import (
 )
 from hsi_dagster.core.detections import loads_enrichment
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class BatchNotFound(LookupError):
@@ -48,7 +49,7 @@ class BatchConflict(RuntimeError):
 def _utc(as_of: datetime) -> datetime:
     if as_of.tzinfo is None:
         raise ValueError(f"as_of must be timezone-aware, got {as_of!r}")
-    return as_of.astimezone(timezone.utc)
+    return as_of.astimezone(UTC)
 
 
 def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[str] | None = None) -> list[DetectionRef]:
@@ -68,8 +69,11 @@ def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[st
     return [
         DetectionRef(detection_id, camera_id, EPOCH + timedelta(microseconds=micros), label, confidence)
         for detection_id, camera_id, micros, label, confidence in zip(
-            columns["detection_id"].tolist(), columns["camera_id"].tolist(), us,
-            columns["label"].tolist(), columns["confidence"].tolist(),
+            columns["detection_id"].tolist(),
+            columns["camera_id"].tolist(),
+            us,
+            columns["label"].tolist(),
+            columns["confidence"].tolist(),
         )
     ]
 
@@ -90,9 +94,9 @@ def _batch_from_row(row: dict[str, Any]) -> Batch:
     return Batch(
         batch_id=row["batch_id"],
         camera_id=row["camera_id"],
-        started_at=row["started_at"].astimezone(timezone.utc),
-        last_ts=row["last_ts"].astimezone(timezone.utc),
-        closes_at=row["closes_at"].astimezone(timezone.utc),
+        started_at=row["started_at"].astimezone(UTC),
+        last_ts=row["last_ts"].astimezone(UTC),
+        closes_at=row["closes_at"].astimezone(UTC),
         close_reason=row["close_reason"],
         detection_ids=tuple(row["detection_ids"]),
         labels=tuple(row["labels"] or ()),
@@ -144,7 +148,13 @@ def _record(conn: duckdb.DuckDBPyConnection, batch: Batch) -> None:
         """UPDATE detections SET batch_id = $batch_id
            WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id IS NULL
              AND list_contains($ids, detection_id)""",
-        {"batch_id": batch.batch_id, "camera": batch.camera_id, "first": batch.started_at, "last": batch.last_ts, "ids": ids},
+        {
+            "batch_id": batch.batch_id,
+            "camera": batch.camera_id,
+            "first": batch.started_at,
+            "last": batch.last_ts,
+            "ids": ids,
+        },
     ).fetchone()
     if claimed is None or claimed[0] != len(ids):
         raise BatchConflict(
@@ -164,9 +174,16 @@ _INSERT_BATCH = """INSERT OR REPLACE INTO detection_batches (batch_id, camera_id
 
 def _batch_params(batch: Batch, has_late: bool) -> dict[str, Any]:
     return {
-        "batch_id": batch.batch_id, "camera": batch.camera_id, "started": batch.started_at, "last": batch.last_ts,
-        "closes": batch.closes_at, "reason": batch.close_reason, "count": batch.detection_count,
-        "ids": list(batch.detection_ids), "labels": list(batch.labels), "late": has_late,
+        "batch_id": batch.batch_id,
+        "camera": batch.camera_id,
+        "started": batch.started_at,
+        "last": batch.last_ts,
+        "closes": batch.closes_at,
+        "reason": batch.close_reason,
+        "count": batch.detection_count,
+        "ids": list(batch.detection_ids),
+        "labels": list(batch.labels),
+        "late": has_late,
     }
 
 
@@ -214,8 +231,12 @@ def list_batches(conn: duckdb.DuckDBPyConnection, rules: BatchRules, as_of: date
     for batch in assign_batches(_refs(conn, as_of), rules):
         closed = batch.closed(as_of)
         out.append(
-            _listing(batch, batch.close_reason if closed else OPEN, "closed" if closed else "open",
-                     any(d in late for d in batch.detection_ids))
+            _listing(
+                batch,
+                batch.close_reason if closed else OPEN,
+                "closed" if closed else "open",
+                any(d in late for d in batch.detection_ids),
+            )
         )
     out.sort(key=lambda b: (b["started_at"], b["camera_id"], b["batch_id"]))
     return out
@@ -242,15 +263,17 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
     if row is None:
         raise BatchNotFound(f"batch {batch_id} is not recorded (record it first; see record_batch)")
     for key in ("started_at", "last_ts", "closes_at", "recorded_at"):
-        row[key] = row[key].astimezone(timezone.utc)
-    detections = _rows(conn.execute(
-        # camera and time range first: zone maps skip most of a large table
-        """SELECT * FROM detections WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id = $batch_id
+        row[key] = row[key].astimezone(UTC)
+    detections = _rows(
+        conn.execute(
+            # camera and time range first: zone maps skip most of a large table
+            """SELECT * FROM detections WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id = $batch_id
            ORDER BY ts, detection_id""",
-        {"camera": row["camera_id"], "first": row["started_at"], "last": row["last_ts"], "batch_id": batch_id},
-    ))
+            {"camera": row["camera_id"], "first": row["started_at"], "last": row["last_ts"], "batch_id": batch_id},
+        )
+    )
     for detection in detections:
-        detection["ts"] = detection["ts"].astimezone(timezone.utc)
-        detection["ingested_at"] = detection["ingested_at"].astimezone(timezone.utc)
+        detection["ts"] = detection["ts"].astimezone(UTC)
+        detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
         detection["enrichment"] = loads_enrichment(detection["enrichment"])
     return row, detections

@@ -7,9 +7,9 @@ connection, does one short transaction and closes it, so a competing process onl
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 
@@ -23,7 +23,9 @@ def _is_lock_conflict(error: Exception) -> bool:
     return "lock" in text.lower() and ("Conflicting" in text or "Could not set lock" in text)
 
 
-def open_connection(path: str | Path, *, read_only: bool = False, wait_seconds: float = LOCK_WAIT_SECONDS) -> duckdb.DuckDBPyConnection:
+def open_connection(
+    path: str | Path, *, read_only: bool = False, wait_seconds: float = LOCK_WAIT_SECONDS
+) -> duckdb.DuckDBPyConnection:
     """Connect, retrying with backoff while another process holds the file lock."""
     path = str(path)
     if path != ":memory:" and not read_only:

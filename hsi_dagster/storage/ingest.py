@@ -28,11 +28,12 @@ import threading
 import time
 import uuid
 import zlib
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO
 
 import duckdb
 import numpy as np
@@ -41,7 +42,9 @@ from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, fo
 from hsi_dagster.core.fast_check import fast_check, finish_sql
 from hsi_dagster.storage.db import connect
 
-CHUNK_LINES = 192_000  # per transaction: over a DuckDB row group (written straight to the file); measured best of 128k-256k
+CHUNK_LINES = (
+    192_000  # per transaction: over a DuckDB row group (written straight to the file); measured best of 128k-256k
+)
 CHUNK_BYTES = 160 << 20
 READ_BLOCK_BYTES = 4 << 20
 
@@ -129,8 +132,14 @@ class _CheckedChunk:
     blank: int
 
 
-def validate_refused(lines: list[bytes], line_nos: np.ndarray, indices: Iterable[int], source: str,
-                     rescued: list[tuple[int, Detection]], rejects: list[Rejection]) -> None:
+def validate_refused(
+    lines: list[bytes],
+    line_nos: np.ndarray,
+    indices: Iterable[int],
+    source: str,
+    rescued: list[tuple[int, Detection]],
+    rejects: list[Rejection],
+) -> None:
     """The authoritative validator decides on each line a fast check refused: loaded after all, or quarantined
     with the reason naming the field."""
     for index in indices:
@@ -223,12 +232,16 @@ class _Loader:
         finally:
             conn.execute(f"DROP TABLE IF EXISTS {staged}") if staged else conn.unregister("_hsi_columns")
         try:
-            refused = [pos for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()]
+            refused = [
+                pos for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()
+            ]
             validate_refused(chunk.lines, chunk.line_nos, refused, self.report.source, self._rescued, self._rejects)
             valid, distinct = conn.execute(
                 "SELECT count(*), count(DISTINCT detection_id) FROM _hsi_checked WHERE ok"
             ).fetchone()  # type: ignore[misc]
-            inserted = self._transaction(lambda: self._insert("SELECT * FROM _hsi_checked WHERE ok", dedupe=distinct < valid))
+            inserted = self._transaction(
+                lambda: self._insert("SELECT * FROM _hsi_checked WHERE ok", dedupe=distinct < valid)
+            )
         finally:
             conn.execute("DROP TABLE IF EXISTS _hsi_checked")
         self.report.loaded += inserted
@@ -268,7 +281,9 @@ class _Loader:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _insert(self, rows_sql: str, *, dedupe: bool) -> int:
-        sql = _INSERT_SQL.format(rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else "")
+        sql = _INSERT_SQL.format(
+            rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else ""
+        )
         row = self.conn.execute(sql, self.params).fetchone()
         return int(row[0]) if row else 0
 
@@ -487,15 +502,23 @@ def _unordered(conn: duckdb.DuckDBPyConnection) -> Iterator[None]:
         conn.execute(f"SET preserve_insertion_order = {'true' if previous else 'false'}")
 
 
-def _record_file(conn: duckdb.DuckDBPyConnection, source: str, stat: os.stat_result, report: FileReport, at: datetime) -> None:
+def _record_file(
+    conn: duckdb.DuckDBPyConnection, source: str, stat: os.stat_result, report: FileReport, at: datetime
+) -> None:
     conn.execute(
         """INSERT INTO ingested_files (path, size, mtime_ns, loaded, quarantined, ingested_at)
            VALUES ($path, $size, $mtime, $loaded, $quarantined, $at)
            ON CONFLICT (path) DO UPDATE SET size = excluded.size, mtime_ns = excluded.mtime_ns,
                loaded = ingested_files.loaded + excluded.loaded, quarantined = excluded.quarantined,
                ingested_at = excluded.ingested_at""",
-        {"path": source, "size": stat.st_size, "mtime": stat.st_mtime_ns, "loaded": report.loaded,
-         "quarantined": report.quarantined, "at": at},
+        {
+            "path": source,
+            "size": stat.st_size,
+            "mtime": stat.st_mtime_ns,
+            "loaded": report.loaded,
+            "quarantined": report.quarantined,
+            "at": at,
+        },
     )
 
 
@@ -551,7 +574,7 @@ def ingest_files(
             if skip_already_ingested and already_ingested(conn, path, stat.st_size, stat.st_mtime_ns):
                 report.files.append(FileReport(source, skipped=True))
                 continue
-            received_at = datetime.now(timezone.utc)
+            received_at = datetime.now(UTC)
             loader = _Loader(conn, source, received_at)
             try:
                 with _open_binary(path) as stream:
@@ -577,7 +600,7 @@ def ingest_lines(
     started = time.perf_counter()
 
     def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
-        loader = _Loader(conn, source, datetime.now(timezone.utc))
+        loader = _Loader(conn, source, datetime.now(UTC))
         chunker = _Chunker(source, chunk_lines, loader.load_chunk)
         nos: list[int] = []
         raws: list[bytes] = []

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -> None:
@@ -19,9 +19,14 @@ def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -
     Every column of the table is written (those not in `row` get their default): DuckDB's INSERT OR REPLACE only
     updates the columns it names, so a re-run must not leave e.g. the `error` of an earlier failed attempt behind.
     """
-    table_columns = [name for (name,) in conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = current_schema()"
-        " ORDER BY ordinal_position", [table]).fetchall()]
+    table_columns = [
+        name
+        for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = current_schema()"
+            " ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+    ]
     unknown = set(row) - set(table_columns)
     if unknown:
         raise ValueError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
@@ -32,10 +37,17 @@ def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -
 
 
 def save_context(conn, batch_id: str, context_json: str, quality_level: str, missing: list[str]) -> None:
-    _replace(conn, "enriched_contexts", {
-        "batch_id": batch_id, "context": context_json, "quality_level": quality_level,
-        "missing_enrichment": list(missing), "created_at": _now(),
-    })
+    _replace(
+        conn,
+        "enriched_contexts",
+        {
+            "batch_id": batch_id,
+            "context": context_json,
+            "quality_level": quality_level,
+            "missing_enrichment": list(missing),
+            "created_at": _now(),
+        },
+    )
 
 
 def load_context_json(conn, batch_id: str) -> str:
@@ -45,24 +57,53 @@ def load_context_json(conn, batch_id: str) -> str:
     return row[0]
 
 
-def save_prompt(conn, batch_id: str, *, messages: list[dict], tokens_estimate: int, tokens_before: int, budget: int,
-                budget_source: str, utilization: float, sections_removed: list[str], static_prefix_sha256: str) -> None:
-    _replace(conn, "budgeted_prompts", {
-        "batch_id": batch_id, "messages": json.dumps(messages, ensure_ascii=False),
-        "prompt_tokens_estimate": tokens_estimate, "tokens_before": tokens_before, "context_budget": budget,
-        "budget_source": budget_source, "context_utilization": utilization, "sections_removed": list(sections_removed),
-        "static_prefix_sha256": static_prefix_sha256, "created_at": _now(),
-    })
+def save_prompt(
+    conn,
+    batch_id: str,
+    *,
+    messages: list[dict],
+    tokens_estimate: int,
+    tokens_before: int,
+    budget: int,
+    budget_source: str,
+    utilization: float,
+    sections_removed: list[str],
+    static_prefix_sha256: str,
+) -> None:
+    _replace(
+        conn,
+        "budgeted_prompts",
+        {
+            "batch_id": batch_id,
+            "messages": json.dumps(messages, ensure_ascii=False),
+            "prompt_tokens_estimate": tokens_estimate,
+            "tokens_before": tokens_before,
+            "context_budget": budget,
+            "budget_source": budget_source,
+            "context_utilization": utilization,
+            "sections_removed": list(sections_removed),
+            "static_prefix_sha256": static_prefix_sha256,
+            "created_at": _now(),
+        },
+    )
 
 
 def load_prompt(conn, batch_id: str) -> dict[str, Any]:
     row = conn.execute(
         "SELECT messages, prompt_tokens_estimate, context_budget, budget_source, context_utilization, sections_removed"
-        " FROM budgeted_prompts WHERE batch_id = ?", [batch_id]).fetchone()
+        " FROM budgeted_prompts WHERE batch_id = ?",
+        [batch_id],
+    ).fetchone()
     if row is None:
         raise LookupError(f"no budgeted prompt for batch {batch_id}: materialize budgeted_prompts first")
-    return {"messages": json.loads(row[0]), "prompt_tokens_estimate": row[1], "context_budget": row[2],
-            "budget_source": row[3], "context_utilization": row[4], "sections_removed": list(row[5] or [])}
+    return {
+        "messages": json.loads(row[0]),
+        "prompt_tokens_estimate": row[1],
+        "context_budget": row[2],
+        "budget_source": row[3],
+        "context_utilization": row[4],
+        "sections_removed": list(row[5] or []),
+    }
 
 
 def save_assessment(conn, row: dict[str, Any]) -> None:

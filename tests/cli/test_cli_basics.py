@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -45,8 +45,9 @@ def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
 
 
 def _record(detection_id: str, camera_id: str, ts: str, label: str, confidence: float) -> str:
-    return json.dumps({"detection_id": detection_id, "camera_id": camera_id, "ts": ts, "label": label,
-                       "confidence": confidence})
+    return json.dumps(
+        {"detection_id": detection_id, "camera_id": camera_id, "ts": ts, "label": label, "confidence": confidence}
+    )
 
 
 # ------------------------------------------------------------------------------------------------ help and usage
@@ -127,8 +128,9 @@ def test_console_script_reports_errors_on_stderr(tmp_path: Path) -> None:
     assert HSI_SCRIPT.is_file(), f"{HSI_SCRIPT} is not installed: pip install -e ."
     env = {k: v for k, v in os.environ.items() if k not in ("PARALLEL", "CTX_SIZE")}
     env.update({"HSI_ENV_FILE": os.devnull, "HSI_DUCKDB_PATH": str(tmp_path / "hsi.duckdb")})
-    proc = subprocess.run([str(HSI_SCRIPT), "ingest", "/no/such/file"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [str(HSI_SCRIPT), "ingest", "/no/such/file"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.startswith("hsi ingest: ") and "/no/such/file" in proc.stderr
@@ -139,13 +141,19 @@ def test_console_script_reports_errors_on_stderr(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ ingest and batches
 def test_ingest_prints_loaded_and_quarantined_counts(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
     source = tmp_path / "detections.jsonl"
-    source.write_text("\n".join([
-        _record("d1", "front_door", "2026-12-01T02:00:00Z", "car", 0.8),
-        "{not json",
-        _record("d2", "front_door", "2026-12-01T02:00:10.500+01:00", "dog", 0.6),
-        _record("d3", "garage", "2026-12-01T02:00:20Z", "car", 1.5),  # confidence out of range
-        _record("d4", "garage", "2026-12-01T02:00:30Z", "person", 0.95),
-    ]) + "\n", encoding="utf-8")
+    source.write_text(
+        "\n".join(
+            [
+                _record("d1", "front_door", "2026-12-01T02:00:00Z", "car", 0.8),
+                "{not json",
+                _record("d2", "front_door", "2026-12-01T02:00:10.500+01:00", "dog", 0.6),
+                _record("d3", "garage", "2026-12-01T02:00:20Z", "car", 1.5),  # confidence out of range
+                _record("d4", "garage", "2026-12-01T02:00:30Z", "person", 0.95),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     db = tmp_path / "other.duckdb"
     code, out, err = run(capsys, "ingest", "--db", str(db), str(source))
     assert code == 0, err
@@ -175,18 +183,24 @@ def test_ingest_prints_loaded_and_quarantined_counts(capsys: pytest.CaptureFixtu
 #   driveway    h1 00:00, h2 00:25, h3 00:50, h4 01:00 (gaps < 30 s; the window and idle bounds tie at 01:30)
 #     -> [h1 h2 h3 h4] started 00:00, closes min(00:00+90, 01:00+30) = 01:30 window (tie)
 DETECTIONS = [
-    ("a1", "front_door", "00:00", "car", 0.8), ("a2", "front_door", "00:25", "car", 0.6),
-    ("a3", "front_door", "00:40", "person", 0.95), ("a4", "front_door", "00:50", "dog", 0.7),
-    ("a5", "front_door", "01:15", "car", 0.9), ("a6", "front_door", "01:35", "car", 0.9),
-    ("g1", "garage", "00:10", "person", 0.5), ("g2", "garage", "00:45", "car", 0.8),
-    ("h4", "driveway", "01:00", "car", 0.7), ("h2", "driveway", "00:25", "car", 0.7),  # out of order on purpose
-    ("h1", "driveway", "00:00", "car", 0.7), ("h3", "driveway", "00:50", "car", 0.7),
+    ("a1", "front_door", "00:00", "car", 0.8),
+    ("a2", "front_door", "00:25", "car", 0.6),
+    ("a3", "front_door", "00:40", "person", 0.95),
+    ("a4", "front_door", "00:50", "dog", 0.7),
+    ("a5", "front_door", "01:15", "car", 0.9),
+    ("a6", "front_door", "01:35", "car", 0.9),
+    ("g1", "garage", "00:10", "person", 0.5),
+    ("g2", "garage", "00:45", "car", 0.8),
+    ("h4", "driveway", "01:00", "car", 0.7),
+    ("h2", "driveway", "00:25", "car", 0.7),  # out of order on purpose
+    ("h1", "driveway", "00:00", "car", 0.7),
+    ("h3", "driveway", "00:50", "car", 0.7),
 ]
 
 
 def _t(mm_ss: str) -> datetime:
     minutes, seconds = mm_ss.split(":")
-    return datetime(2026, 12, 1, 2, int(minutes), int(seconds), tzinfo=timezone.utc)
+    return datetime(2026, 12, 1, 2, int(minutes), int(seconds), tzinfo=UTC)
 
 
 def _expected(as_of_open: bool) -> dict[str, dict]:
@@ -199,16 +213,28 @@ def _expected(as_of_open: bool) -> dict[str, dict]:
         ("g2", "garage", "00:45", "01:15", "idle", ["g2"]),
         ("h1", "driveway", "00:00", "01:30", "window", ["h1", "h2", "h3", "h4"]),
     ]
-    return {first: {"camera_id": camera, "started_at": _t(start), "closes_at": _t(closes), "close_reason": reason,
-                    "detection_ids": ids} for first, camera, start, closes, reason, ids in rows}
+    return {
+        first: {
+            "camera_id": camera,
+            "started_at": _t(start),
+            "closes_at": _t(closes),
+            "close_reason": reason,
+            "detection_ids": ids,
+        }
+        for first, camera, start, closes, reason, ids in rows
+    }
 
 
 @pytest.fixture
 def ingested(capsys: pytest.CaptureFixture, tmp_path: Path) -> Path:
     source = tmp_path / "windows.jsonl"
-    source.write_text("".join(
-        _record(did, cam, f"2026-12-01T02:{mm_ss}Z", label, conf) + "\n" for did, cam, mm_ss, label, conf in DETECTIONS
-    ), encoding="utf-8")
+    source.write_text(
+        "".join(
+            _record(did, cam, f"2026-12-01T02:{mm_ss}Z", label, conf) + "\n"
+            for did, cam, mm_ss, label, conf in DETECTIONS
+        ),
+        encoding="utf-8",
+    )
     code, out, err = run(capsys, "ingest", str(source))
     assert code == 0, err
     assert out.splitlines()[0].endswith("12 lines, 12 loaded, 0 duplicates skipped, 0 quarantined")
@@ -221,8 +247,10 @@ def _listing(capsys: pytest.CaptureFixture, as_of: str, *extra: str) -> list[dic
     return [json.loads(line) for line in out.splitlines()]  # every line is one JSON object
 
 
-@pytest.mark.parametrize(("as_of", "open_"), [("2026-12-01T02:01:50Z", True), ("2026-12-01T03:01:50+01:00", True),
-                                              ("2026-12-01T02:02:05Z", False)])
+@pytest.mark.parametrize(
+    ("as_of", "open_"),
+    [("2026-12-01T02:01:50Z", True), ("2026-12-01T03:01:50+01:00", True), ("2026-12-01T02:02:05Z", False)],
+)
 def test_batches_json_matches_the_windows_worked_out_by_hand(
     capsys: pytest.CaptureFixture, ingested: Path, as_of: str, open_: bool
 ) -> None:
@@ -233,9 +261,12 @@ def test_batches_json_matches_the_windows_worked_out_by_hand(
     for row in rows:
         assert set(row) >= {"batch_id", "camera_id", "started_at", "closes_at", "close_reason", "detection_ids"}
         got[row["detection_ids"][0]] = {
-            "camera_id": row["camera_id"], "started_at": datetime.fromisoformat(row["started_at"]),
-            "closes_at": datetime.fromisoformat(row["closes_at"]), "close_reason": row["close_reason"],
-            "detection_ids": row["detection_ids"]}
+            "camera_id": row["camera_id"],
+            "started_at": datetime.fromisoformat(row["started_at"]),
+            "closes_at": datetime.fromisoformat(row["closes_at"]),
+            "close_reason": row["close_reason"],
+            "detection_ids": row["detection_ids"],
+        }
     assert got == expected
     # every detection is in exactly one batch
     ids = [d for row in rows for d in row["detection_ids"]]
@@ -253,8 +284,10 @@ def test_batch_ids_are_the_same_when_the_input_is_replayed(
     replay_db = tmp_path / "replay.duckdb"
     code, out, err = run(capsys, "ingest", "--db", str(replay_db), str(ingested))
     assert code == 0, err
-    again = {row["detection_ids"][0]: row["batch_id"] for row in _listing(capsys, "2026-12-01T02:05:00Z",
-                                                                          "--db", str(replay_db))}
+    again = {
+        row["detection_ids"][0]: row["batch_id"]
+        for row in _listing(capsys, "2026-12-01T02:05:00Z", "--db", str(replay_db))
+    }
     assert again == first
     # an open batch keeps its id when it later closes
     before = {row["detection_ids"][0]: row["batch_id"] for row in _listing(capsys, "2026-12-01T02:01:50Z")}
@@ -273,8 +306,10 @@ def test_batches_text_listing(capsys: pytest.CaptureFixture, ingested: Path) -> 
 def test_batches_as_of_an_earlier_time_ignores_later_detections(capsys: pytest.CaptureFixture, ingested: Path) -> None:
     """As of 02:01:20 a6 (01:35) has not happened: front_door's first batch is still open (closes 01:30), and so is
     driveway's; garage's second batch closed at 01:15."""
-    rows = {row["detection_ids"][0]: (row["detection_ids"], row["close_reason"])
-            for row in _listing(capsys, "2026-12-01T02:01:20Z")}
+    rows = {
+        row["detection_ids"][0]: (row["detection_ids"], row["close_reason"])
+        for row in _listing(capsys, "2026-12-01T02:01:20Z")
+    }
     assert rows == {
         "a1": (["a1", "a2", "a4", "a5"], "open"),
         "a3": (["a3"], "fast_path"),
@@ -287,10 +322,11 @@ def test_batches_as_of_an_earlier_time_ignores_later_detections(capsys: pytest.C
     assert rows["a1"] == "window" and rows["h1"] == "window"
 
 
-def test_recorded_batches_are_listed_like_computed_ones(capsys: pytest.CaptureFixture, ingested: Path,
-                                                        isolated: Path) -> None:
-    from hsi_dagster.storage.batches import record_batch
+def test_recorded_batches_are_listed_like_computed_ones(
+    capsys: pytest.CaptureFixture, ingested: Path, isolated: Path
+) -> None:
     from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.storage.batches import record_batch
     from hsi_dagster.storage.db import connect
 
     as_of = "2026-12-01T02:01:50Z"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hsi_dagster.cli.metrics import duckdb_registry
 from hsi_dagster.storage.db import connect
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 
 # (batch_id, camera_id, status, risk_level, prompt_tokens, cached_tokens, context_utilization, assessed_at offset s)
 ROWS = [

@@ -26,12 +26,26 @@ def test_process_assesses_3x_parallel_batches_with_at_most_parallel_in_flight(ll
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "HSI_ENV_FILE": os.devnull, "DAGSTER_HOME": str(home), "HSI_DUCKDB_PATH": db,
-           "LLAMA_SERVER_URL": llama_server.url, "CTX_SIZE": "8192", "PARALLEL": str(parallel),
-           "NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256"}
+    env = {
+        **os.environ,
+        "HSI_ENV_FILE": os.devnull,
+        "DAGSTER_HOME": str(home),
+        "HSI_DUCKDB_PATH": db,
+        "LLAMA_SERVER_URL": llama_server.url,
+        "CTX_SIZE": "8192",
+        "PARALLEL": str(parallel),
+        "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
+        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
+    }
     with ServerWatcher(llama_server.url) as watcher:
-        done = subprocess.run([str(Path(sys.executable).parent / "hsi"), "process"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "hsi"), "process"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert watcher.polls > 10
     assert watcher.max_processing <= parallel and watcher.max_deferred == 0
@@ -43,6 +57,12 @@ def test_process_assesses_3x_parallel_batches_with_at_most_parallel_in_flight(ll
         assert len(runs) == 3 * parallel
         assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
     # Nothing left: a second call finds no closed batch to process.
-    again = subprocess.run([str(Path(sys.executable).parent / "hsi"), "process"], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [str(Path(sys.executable).parent / "hsi"), "process"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0 and "0 runs" in again.stdout

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from hsi_dagster.cli.report import build_report
 from hsi_dagster.storage.db import connect
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 
 # batch_id, camera, started_at offset s, close_reason, detections
 BATCHES = [
@@ -43,8 +43,17 @@ def db(tmp_path: Path) -> Path:
             conn.execute(
                 "INSERT INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at, close_reason,"
                 " detection_count, detection_ids, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [batch_id, camera, started, started, started + timedelta(seconds=30), reason, count,
-                 [f"{batch_id}-{i}" for i in range(count)], started],
+                [
+                    batch_id,
+                    camera,
+                    started,
+                    started,
+                    started + timedelta(seconds=30),
+                    reason,
+                    count,
+                    [f"{batch_id}-{i}" for i in range(count)],
+                    started,
+                ],
             )
         camera_of = {b[0]: b[1] for b in BATCHES}
         for batch_id, status, score, level, summary, prompt, cached, util, latency, removed in ASSESSMENTS:
@@ -52,8 +61,20 @@ def db(tmp_path: Path) -> Path:
                 "INSERT INTO risk_assessments (batch_id, camera_id, status, risk_score, risk_level, summary,"
                 " prompt_tokens, cached_tokens, context_utilization, latency_ms, sections_removed, assessed_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [batch_id, camera_of[batch_id], status, score, level, summary, prompt, cached, util, latency,
-                 removed, T0],
+                [
+                    batch_id,
+                    camera_of[batch_id],
+                    status,
+                    score,
+                    level,
+                    summary,
+                    prompt,
+                    cached,
+                    util,
+                    latency,
+                    removed,
+                    T0,
+                ],
             )
     return path
 
@@ -94,7 +115,7 @@ def test_every_batch_is_covered_and_highest_risk_first(db: Path) -> None:
     assert "[pending] b_y1" in report
     lines = report.splitlines()
     start = lines.index("front_door: 3 batches (1 fast path), 6 detections; 1 critical, 1 high, 1 low")
-    assert lines[start + 1:start + 4] == [
+    assert lines[start + 1 : start + 4] == [
         "  [critical  91] person forcing the lock",
         "  [    high  72] person at door at night",
         "  [     low  12] delivery van",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -20,12 +20,14 @@ from hsi_dagster.core.batching import (
 )
 from hsi_dagster.settings import HsiSettings
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 RULES = BatchRules()
 WINDOW, IDLE = timedelta(seconds=90), timedelta(seconds=30)
 
 
-def ref(detection_id: str, seconds: float, camera: str = "cam", label: str = "car", confidence: float = 0.5) -> DetectionRef:
+def ref(
+    detection_id: str, seconds: float, camera: str = "cam", label: str = "car", confidence: float = 0.5
+) -> DetectionRef:
     return DetectionRef(detection_id, camera, T0 + timedelta(seconds=seconds), label, confidence)
 
 
@@ -87,7 +89,9 @@ def test_a_new_batch_opens_only_when_the_detection_could_not_join(items: list[De
         for previous, following in zip(batches, batches[1:]):
             ts = following.started_at
             assert ts - previous.started_at >= WINDOW or ts - previous.last_ts >= IDLE
-            assert following.started_at >= previous.closes_at  # so "a later detection opened the next batch" implies closed
+            assert (
+                following.started_at >= previous.closes_at
+            )  # so "a later detection opened the next batch" implies closed
         assert [b.trailing for b in batches] == [False] * (len(batches) - 1) + [True]
 
 
@@ -158,8 +162,12 @@ def test_window_wins_a_tie() -> None:
 
 
 def test_fast_path_is_alone_and_does_not_touch_the_regular_batch() -> None:
-    items = [ref("car1", 0), ref("p", 10, label="person", confidence=0.95), ref("car2", 20),
-             ref("p-low", 25, label="person", confidence=0.89)]
+    items = [
+        ref("car1", 0),
+        ref("p", 10, label="person", confidence=0.95),
+        ref("car2", 20),
+        ref("p-low", 25, label="person", confidence=0.89),
+    ]
     batches = assign_batches(items, RULES)
     assert sorted(ids(batches)) == [("car1", "car2", "p-low"), ("p",)]
     fast = next(b for b in batches if b.close_reason == "fast_path")
@@ -178,8 +186,13 @@ def test_the_last_batch_is_closed_by_the_clock_only_and_exactly_at_closes_at() -
 
 
 def test_rules_from_settings() -> None:
-    settings_ = HsiSettings(_env_file=None, BATCH_WINDOW_SECONDS=60, BATCH_IDLE_TIMEOUT_SECONDS=10,
-                            FAST_PATH_LABELS="person, dog", FAST_PATH_CONFIDENCE=0.8)  # type: ignore[call-arg]
+    settings_ = HsiSettings(
+        _env_file=None,
+        BATCH_WINDOW_SECONDS=60,
+        BATCH_IDLE_TIMEOUT_SECONDS=10,
+        FAST_PATH_LABELS="person, dog",
+        FAST_PATH_CONFIDENCE=0.8,
+    )  # type: ignore[call-arg]
     rules = BatchRules.from_settings(settings_)
     assert rules == BatchRules(60, 10, frozenset({"person", "dog"}), 0.8)
     assert ids(assign_batches([ref("a", 0), ref("b", 10)], rules)) == [("a",), ("b",)]

@@ -5,11 +5,10 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hsi_dagster.llm.calibration import calibrate, calibration_prompts, margin_for_ratio, synthetic_batch
 from hsi_dagster.core.budget import (
     FULL_REMOVAL_ORDER,
     REMOVAL_ORDER,
@@ -20,6 +19,7 @@ from hsi_dagster.core.budget import (
 )
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import BLOCK_SUFFIX, STATIC_SYSTEM_PROMPT, block_prefix, build_sections, render_messages
+from hsi_dagster.llm.calibration import calibrate, calibration_prompts, margin_for_ratio, synthetic_batch
 from hsi_dagster.settings import HsiSettings
 
 PROFILE = "camera: driveway\nnote: residents park here"
@@ -39,9 +39,12 @@ def sections_for(n=30, seed=11, camera="front_door"):
         detection["label"] = kinds[i]
         detection["track_id"] = f"k{i}"
     detections[0]["enrichment"].update(
-        pose={"posture": "crouching", "score": 0.8}, action={"label": "loitering", "score": 0.7},
-        clothing={"description": "hoodie", "suspicious": True}, violence={"score": 0.2},
-        reid={"identity": "unknown", "known": False, "score": 0.6, "seen_before": False})
+        pose={"posture": "crouching", "score": 0.8},
+        action={"label": "loitering", "score": 0.7},
+        clothing={"description": "hoodie", "suspicious": True},
+        violence={"score": 0.2},
+        reid={"identity": "unknown", "known": False, "score": 0.6, "seen_before": False},
+    )
     detections[1]["enrichment"]["vehicle"] = {"type": "van", "color": "white", "plate": "AB12", "damage": "none"}
     detections[2]["enrichment"]["pet"] = {"species": "dog", "score": 0.9}
     context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
@@ -51,8 +54,12 @@ def sections_for(n=30, seed=11, camera="front_door"):
 # --------------------------------------------------------------------------- budget arithmetic
 def test_prompt_budget_is_per_slot():
     assert prompt_budget(16_384, 1_536, 512) == 14_336
-    settings = HsiSettings(_env_file=None, CTX_SIZE=32_768, PARALLEL=2, NEMOTRON_MAX_OUTPUT_TOKENS=1_536, PROMPT_SAFETY_MARGIN_TOKENS=512)
-    budget = prompt_budget(settings.slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS)
+    settings = HsiSettings(
+        _env_file=None, CTX_SIZE=32_768, PARALLEL=2, NEMOTRON_MAX_OUTPUT_TOKENS=1_536, PROMPT_SAFETY_MARGIN_TOKENS=512
+    )
+    budget = prompt_budget(
+        settings.slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS
+    )
     assert budget == 16_384 - 1_536 - 512 == settings.fallback_prompt_budget
     assert budget != 31_232 and budget < 32_768 // 2
     assert prompt_budget(4_096, 512, 0) == 3_584  # the test server's slot
@@ -61,7 +68,18 @@ def test_prompt_budget_is_per_slot():
 
 
 def test_removal_order_matches_reference_with_clip_before_scene():
-    assert REMOVAL_ORDER == ("depth", "pose", "action", "pet", "weather", "vehicle", "clothing", "violence", "reid", "scene")
+    assert REMOVAL_ORDER == (
+        "depth",
+        "pose",
+        "action",
+        "pet",
+        "weather",
+        "vehicle",
+        "clothing",
+        "violence",
+        "reid",
+        "scene",
+    )
     assert FULL_REMOVAL_ORDER[-2:] == ("clip", "scene")
     assert "detections" not in FULL_REMOVAL_ORDER and "florence" not in FULL_REMOVAL_ORDER
 
@@ -91,16 +109,38 @@ def test_removal_follows_the_order_and_stops_as_soon_as_it_fits(counter):
 
 
 def test_detections_are_shortened_never_removed_and_best_lines_kept(counter):
-    t0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
     detections = [
-        {"detection_id": f"c{i}", "camera_id": "driveway", "ts": t0 + timedelta(seconds=i), "label": "car",
-         "confidence": 0.55, "track_id": f"t{i}", "zone": "street"}
+        {
+            "detection_id": f"c{i}",
+            "camera_id": "driveway",
+            "ts": t0 + timedelta(seconds=i),
+            "label": "car",
+            "confidence": 0.55,
+            "track_id": f"t{i}",
+            "zone": "street",
+        }
         for i in range(80)
     ]
-    detections.insert(40, {"detection_id": "p1", "camera_id": "driveway", "ts": t0 + timedelta(seconds=40.5),
-                           "label": "person", "confidence": 0.97, "track_id": "tp", "zone": "driveway"})
-    batch = {"batch_id": "b-short", "camera_id": "driveway", "started_at": t0, "last_ts": t0 + timedelta(seconds=80),
-             "close_reason": "window"}
+    detections.insert(
+        40,
+        {
+            "detection_id": "p1",
+            "camera_id": "driveway",
+            "ts": t0 + timedelta(seconds=40.5),
+            "label": "person",
+            "confidence": 0.97,
+            "track_id": "tp",
+            "zone": "driveway",
+        },
+    )
+    batch = {
+        "batch_id": "b-short",
+        "camera_id": "driveway",
+        "started_at": t0,
+        "last_ts": t0 + timedelta(seconds=80),
+        "close_reason": "window",
+    }
     sections = build_sections(build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2))
     full = counter.count_messages(render_messages(sections, PROFILE))
     result = fit_to_budget(sections, PROFILE, full - 400, counter, batch_id="b-short")
@@ -108,15 +148,18 @@ def test_detections_are_shortened_never_removed_and_best_lines_kept(counter):
     assert result.detections_shortened and "detections" not in result.sections_removed
     assert "## Detections" in user and "more detections not listed" in user and '"car" ' in user
     assert '- 02:00:40 "person" 0.97' in user  # the person (fast path) line is kept first
-    assert "labels: \"car\" 80, \"person\" 1" in user  # the header with all counts stays
+    assert 'labels: "car" 80, "person" 1' in user  # the header with all counts stays
     assert result.tokens_after <= result.budget
     assert result.messages[0]["content"] == STATIC_SYSTEM_PROMPT  # instructions never removed
 
 
 def test_florence_and_detections_shorten_together_after_all_removals(counter):
     batch_id, sections = sections_for(n=60)
-    floor = counter.count_messages(render_messages([s for s in sections if s.key in ("detections", "florence")], PROFILE,
-                                                   removed=list(FULL_REMOVAL_ORDER)))
+    floor = counter.count_messages(
+        render_messages(
+            [s for s in sections if s.key in ("detections", "florence")], PROFILE, removed=list(FULL_REMOVAL_ORDER)
+        )
+    )
     result = fit_to_budget(sections, PROFILE, floor - 300, counter, batch_id=batch_id)
     assert result.sections_removed == list(FULL_REMOVAL_ORDER)
     assert result.sections_shortened == ["florence", "detections"]
@@ -178,7 +221,9 @@ def test_per_line_counts_come_from_one_encoding_and_match_separate_counts(counte
     ids = counter.encode_ordinary("".join(pieces))
     assert counter.split_counts(ids, pieces) == [TokenCounter().count(p) for p in pieces]
     straddling = ["hel", "lo wor", "ld"]  # token boundaries do not fall on these cuts: falls back to counting pieces
-    assert counter.split_counts(counter.encode_ordinary("hello world"), straddling) == [counter.count(p) for p in straddling]
+    assert counter.split_counts(counter.encode_ordinary("hello world"), straddling) == [
+        counter.count(p) for p in straddling
+    ]
 
 
 def test_offline_encoding_needs_no_network():
@@ -191,8 +236,13 @@ def test_offline_encoding_needs_no_network():
         "assert c.encode_ordinary('hello world') == [15339, 1917], c.encode_ordinary('hello world')\n"
         "print(c.count('<|endoftext|> is data'))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"TIKTOKEN_CACHE_DIR": "", "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"TIKTOKEN_CACHE_DIR": "", "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+    )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 3  # special-token text counted as ordinary text
 
@@ -200,9 +250,12 @@ def test_offline_encoding_needs_no_network():
 # --------------------------------------------------------------------------- calibration
 def test_calibration_ratio_and_margin(counter):
     prompts = calibration_prompts(6)
-    assert len({p[1]["content"] for p in prompts}) == 6 and all(p[0]["content"] == STATIC_SYSTEM_PROMPT for p in prompts)
-    report = calibrate(lambda m: int(counter.count_messages(m) * 1.25), prompts, counter, slot_context=16_384,
-                       max_output_tokens=1_536)
+    assert len({p[1]["content"] for p in prompts}) == 6 and all(
+        p[0]["content"] == STATIC_SYSTEM_PROMPT for p in prompts
+    )
+    report = calibrate(
+        lambda m: int(counter.count_messages(m) * 1.25), prompts, counter, slot_context=16_384, max_output_tokens=1_536
+    )
     assert report.max_ratio == pytest.approx(1.25, abs=0.01) and report.median_ratio == pytest.approx(1.25, abs=0.01)
     # 14,848 * (1 - 1 / (1.25 * 1.03)) = 3,316 -> 3,328 (multiple of 32)
     assert report.suggested_margin == margin_for_ratio(report.max_ratio, 16_384, 1_536) == 3_328

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -55,18 +55,20 @@ def rejected(text: str | bytes) -> Rejection:
 def test_minimal_record_becomes_a_detection_in_utc() -> None:
     result = check(line())
     assert isinstance(result, Detection)
-    assert result.ts == datetime(2026, 12, 1, 2, 14, 5, 120000, tzinfo=timezone.utc)
+    assert result.ts == datetime(2026, 12, 1, 2, 14, 5, 120000, tzinfo=UTC)
     assert (result.bbox, result.track_id, result.zone, result.enrichment) == (None, None, None, None)
 
 
 def test_offsets_are_converted_and_fractions_truncated_to_microseconds() -> None:
     result = check(line(ts="2026-12-01T08:44:05.1234569+06:30"))
     assert isinstance(result, Detection)
-    assert result.ts == datetime(2026, 12, 1, 2, 14, 5, 123456, tzinfo=timezone.utc)
+    assert result.ts == datetime(2026, 12, 1, 2, 14, 5, 123456, tzinfo=UTC)
 
 
 def test_optional_fields_are_kept_and_null_means_absent() -> None:
-    result = check(line(bbox=[0.1, 0.2, 0.5, 0.9], track_id="t-1", zone="porch", enrichment={"scene": {"lighting": "night"}}))
+    result = check(
+        line(bbox=[0.1, 0.2, 0.5, 0.9], track_id="t-1", zone="porch", enrichment={"scene": {"lighting": "night"}})
+    )
     assert isinstance(result, Detection)
     assert result.bbox == (0.1, 0.2, 0.5, 0.9) and result.track_id == "t-1" and result.zone == "porch"
     assert result.enrichment == {"scene": {"lighting": "night"}}
@@ -142,7 +144,9 @@ def test_not_an_object_and_bad_bytes() -> None:
 
 def test_duplicates_of_known_fields_are_refused_elsewhere_ignored() -> None:
     assert rejected(line()[:-1] + ', "confidence": 0.1}').reason == "confidence: appears more than once in the object"
-    inner = line(enrichment={"scene": {"lighting": "day"}}).replace('"lighting": "day"', '"lighting": "day", "lighting": "x"')
+    inner = line(enrichment={"scene": {"lighting": "day"}}).replace(
+        '"lighting": "day"', '"lighting": "day", "lighting": "x"'
+    )
     assert rejected(inner).field == "enrichment.scene.lighting"
     unknown = line(vendor={"a": 1}).replace('"a": 1', '"a": 1, "a": 2')
     assert isinstance(check(unknown), Detection)
@@ -174,7 +178,9 @@ JSON_VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-FIELDS = st.sampled_from(["detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment"])
+FIELDS = st.sampled_from(
+    ["detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment"]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,7 +22,7 @@ from hsi_dagster.core.enrichment import (
 )
 from hsi_dagster.core.prompt import build_sections
 
-T0 = datetime(2026, 12, 1, 23, 30, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)
 
 
 def det(i: int, *, label="person", conf=0.8, track="t1", zone="porch", enrichment=None, seconds=None, late=False):
@@ -42,8 +42,13 @@ def det(i: int, *, label="person", conf=0.8, track="t1", zone="porch", enrichmen
 
 def batch(dets, reason="window"):
     return {
-        "batch_id": "b1", "camera_id": "front_door", "started_at": dets[0]["ts"], "last_ts": dets[-1]["ts"],
-        "closes_at": dets[-1]["ts"] + timedelta(seconds=30), "close_reason": reason, "detection_count": len(dets),
+        "batch_id": "b1",
+        "camera_id": "front_door",
+        "started_at": dets[0]["ts"],
+        "last_ts": dets[-1]["ts"],
+        "closes_at": dets[-1]["ts"] + timedelta(seconds=30),
+        "close_reason": reason,
+        "detection_count": len(dets),
     }
 
 
@@ -52,14 +57,20 @@ def ctx(dets, level="full", threshold=0.2, **kw):
 
 
 FULL_ENRICHMENT = {
-    "florence": {"caption": "a man at the door", "dense_caption": "a man in a hoodie at the front door",
-                 "regions": [{"label": "person", "caption": "a man", "bbox": [0, 0, 1, 1]}]},
+    "florence": {
+        "caption": "a man at the door",
+        "dense_caption": "a man in a hoodie at the front door",
+        "regions": [{"label": "person", "caption": "a man", "bbox": [0, 0, 1, 1]}],
+    },
     "clip": [{"label": "intruder", "score": 0.6}],
     "scene": {"description": "porch at night", "lighting": "night", "indoor": False},
-    "pose": {"posture": "crouching", "score": 0.8}, "action": {"label": "loitering", "score": 0.7},
-    "pet": {"species": "dog", "score": 0.9}, "weather": {"condition": "rain", "visibility": "poor"},
+    "pose": {"posture": "crouching", "score": 0.8},
+    "action": {"label": "loitering", "score": 0.7},
+    "pet": {"species": "dog", "score": 0.9},
+    "weather": {"condition": "rain", "visibility": "poor"},
     "vehicle": {"type": "van", "color": "white", "plate": "AB12 CDE", "damage": "none"},
-    "clothing": {"description": "dark hoodie", "suspicious": True}, "violence": {"score": 0.1},
+    "clothing": {"description": "dark hoodie", "suspicious": True},
+    "violence": {"score": 0.1},
     "reid": {"identity": "unknown", "known": False, "score": 0.5, "seen_before": False},
     "depth": {"distance_m": 2.5},
 }
@@ -69,7 +80,9 @@ FULL_ENRICHMENT = {
 def test_content_tokens_normalise_case_punctuation_stopwords_and_plurals():
     assert content_tokens("The image shows TWO red Cars, parked!") == {"red", "car", "parked"}
     assert content_tokens("a glass") == {"glass"}  # "ss" is not a plural
-    assert content_tokens("puppies") == content_tokens("puppy") and content_tokens("hoodies") == content_tokens("hoodie")
+    assert content_tokens("puppies") == content_tokens("puppy") and content_tokens("hoodies") == content_tokens(
+        "hoodie"
+    )
 
 
 def test_repeat_threshold_is_80_percent_of_the_region_tokens():
@@ -115,7 +128,11 @@ def test_duplicate_captions_within_a_track_are_dropped_but_not_across_tracks():
     summary = ctx(dets).florence
     assert summary.duplicates_dropped == 1
     kept = [(e.track_id, e.captions) for e in summary.entries]
-    assert kept == [("t1", ["a man walks to the door"]), ("t2", ["a man walks to the door"]), ("t1", ["a man opens the door"])]
+    assert kept == [
+        ("t1", ["a man walks to the door"]),
+        ("t2", ["a man walks to the door"]),
+        ("t1", ["a man opens the door"]),
+    ]
 
 
 def test_untracked_detections_are_their_own_group():
@@ -126,8 +143,12 @@ def test_untracked_detections_are_their_own_group():
 
 # --------------------------------------------------------------------------- CLIP
 def test_clip_classes_below_threshold_are_dropped():
-    clip = [{"label": "intruder", "score": 0.19}, {"label": "delivery", "score": 0.20}, {"label": "resident", "score": 0.75},
-            {"label": "noise", "score": 0.01}]
+    clip = [
+        {"label": "intruder", "score": 0.19},
+        {"label": "delivery", "score": 0.20},
+        {"label": "resident", "score": 0.75},
+        {"label": "noise", "score": 0.01},
+    ]
     summary = ctx([det(0, enrichment={"clip": clip})], threshold=0.2).clip
     assert summary.dropped_below_threshold == 2
     assert [(c.label, c.score) for c in summary.entries[0].classes] == [("resident", 0.75), ("delivery", 0.2)]
@@ -139,7 +160,15 @@ def test_clip_classes_below_threshold_are_dropped():
 def test_quality_level_table():
     assert QUALITY_LEVEL_TYPES["full"] == ENRICHMENT_TYPES
     assert QUALITY_LEVEL_TYPES["minimal"] == ("florence",)
-    assert set(QUALITY_LEVEL_TYPES["standard"]) == {"florence", "clip", "vehicle", "clothing", "reid", "violence", "weather"}
+    assert set(QUALITY_LEVEL_TYPES["standard"]) == {
+        "florence",
+        "clip",
+        "vehicle",
+        "clothing",
+        "reid",
+        "violence",
+        "weather",
+    }
 
 
 @pytest.mark.parametrize(
@@ -172,7 +201,11 @@ def test_missing_types_are_recorded_and_shown():
 
 # --------------------------------------------------------------------------- detections summary, json, profile
 def test_detection_summary_counts_tracks_and_time_of_day():
-    dets = [det(0, conf=0.5, track="t1"), det(1, conf=0.9, track="t1", seconds=40), det(2, label="car", conf=0.7, track="t2", zone="drive")]
+    dets = [
+        det(0, conf=0.5, track="t1"),
+        det(1, conf=0.9, track="t1", seconds=40),
+        det(2, label="car", conf=0.7, track="t2", zone="drive"),
+    ]
     context = ctx(dets)
     d = context.detections
     assert d.count == 3 and d.by_label == {"person": 2, "car": 1}
@@ -192,8 +225,11 @@ def test_scene_lighting_overrides_clock_for_darkness():
 
 
 def test_context_json_round_trip():
-    context = ctx([det(0, enrichment=FULL_ENRICHMENT), det(1, enrichment=FULL_ENRICHMENT)],
-                  camera_profile=load_camera_profiles(EXAMPLE_CAMERAS_PATH)["front_door"], missing_types=["depth"])
+    context = ctx(
+        [det(0, enrichment=FULL_ENRICHMENT), det(1, enrichment=FULL_ENRICHMENT)],
+        camera_profile=load_camera_profiles(EXAMPLE_CAMERAS_PATH)["front_door"],
+        missing_types=["depth"],
+    )
     again = EnrichedContext.from_json(context.to_json())
     assert again == context
     assert json.loads(context.to_json())["batch"]["batch_id"] == "b1"

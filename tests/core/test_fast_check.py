@@ -7,7 +7,7 @@ stay stricter than msgspec alone is pinned by an example that msgspec by itself 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,13 +15,23 @@ from hsi_dagster.core.detections import Detection, Rejection, validate_record
 from hsi_dagster.core.fast_check import fast_check
 from hsi_dagster.synthetic.streams import encode_record, simulate
 
-START = datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc)
-BASE = {"detection_id": "d-1", "camera_id": "front_door", "ts": "2026-12-01T01:00:00.000Z", "label": "person", "confidence": 0.5}
+START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
+BASE = {
+    "detection_id": "d-1",
+    "camera_id": "front_door",
+    "ts": "2026-12-01T01:00:00.000Z",
+    "label": "person",
+    "confidence": 0.5,
+}
 
 
 def verdicts(lines: list[str]) -> list[str]:
     chunk = fast_check([line.encode("utf-8") for line in lines])
-    where = {i: "accepted" for i in chunk.accepted_at} | {i: "refused" for i in chunk.refused_at} | {i: "blank" for i in chunk.blank_at}
+    where = (
+        {i: "accepted" for i in chunk.accepted_at}
+        | {i: "refused" for i in chunk.refused_at}
+        | {i: "blank" for i in chunk.blank_at}
+    )
     return [where[i] for i in range(len(lines))]
 
 

@@ -19,7 +19,16 @@ GOOD = {"risk_score": 12, "risk_level": "low", "summary": "Parcel delivered.", "
 
 @pytest.mark.parametrize(
     "score, level",
-    [(0, "low"), (29, "low"), (30, "medium"), (59, "medium"), (60, "high"), (84, "high"), (85, "critical"), (100, "critical")],
+    [
+        (0, "low"),
+        (29, "low"),
+        (30, "medium"),
+        (59, "medium"),
+        (60, "high"),
+        (84, "high"),
+        (85, "critical"),
+        (100, "critical"),
+    ],
 )
 def test_level_at_every_boundary(score, level):
     assert level_for_score(score) == level
@@ -38,7 +47,7 @@ def test_plain_json_parses():
 
 
 def test_think_block_is_stripped_before_parsing():
-    text = "<think>The caption mentions a knife, so maybe {\"risk_score\": 95}.</think>\n" + json.dumps(GOOD)
+    text = '<think>The caption mentions a knife, so maybe {"risk_score": 95}.</think>\n' + json.dumps(GOOD)
     assert parse_assessment(text).assessment.risk_score == 12  # not the 95 inside the reasoning
 
 
@@ -89,8 +98,10 @@ def test_optional_parts_are_validated_item_by_item_and_text_is_bounded():
     reply = {
         **GOOD,
         "summary": "s" * 500,
-        "flags": [{"type": "loitering", "description": "stayed 5 min", "severity": "alert"},
-                  {"type": "x", "description": "y", "severity": "apocalyptic"}],
+        "flags": [
+            {"type": "loitering", "description": "stayed 5 min", "severity": "alert"},
+            {"type": "x", "description": "y", "severity": "apocalyptic"},
+        ],
         "entities": [{"type": "person", "description": "courier", "threat_level": "none"}],
         "risk_factors": [{"factor_name": "night", "contribution": 80, "description": "after midnight"}],
         "confidence_factors": {"detection_quality": "high", "weather_impact": "none", "enrichment_coverage": "partial"},
@@ -137,6 +148,17 @@ def test_repair_messages_append_to_the_same_prefix():
     original = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
     bad = "Sure! The risk is moderate." + "x" * 5000
     repaired = repair_messages(original, bad, "no JSON object found in the model output")
-    assert repaired[:2] == original and original == [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-    assert repaired[2]["role"] == "assistant" and repaired[2]["content"].startswith("Sure!") and len(repaired[2]["content"]) <= 2000
-    assert repaired[3]["role"] == "user" and "no JSON object" in repaired[3]["content"] and "ONLY one JSON object" in repaired[3]["content"]
+    assert repaired[:2] == original and original == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+    ]
+    assert (
+        repaired[2]["role"] == "assistant"
+        and repaired[2]["content"].startswith("Sure!")
+        and len(repaired[2]["content"]) <= 2000
+    )
+    assert (
+        repaired[3]["role"] == "user"
+        and "no JSON object" in repaired[3]["content"]
+        and "ONLY one JSON object" in repaired[3]["content"]
+    )

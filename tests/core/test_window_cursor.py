@@ -39,7 +39,7 @@ def test_failed_batch_is_retried_after_grace_with_a_new_run_key_then_abandoned()
     keys = []
     t = NOW
     for _ in range(MAX_ATTEMPTS + 2):
-        t += 60 * 2 ** MAX_ATTEMPTS
+        t += 60 * 2**MAX_ATTEMPTS
         plan = plan_tick(cursor, [], {"a": NOW}, t, cap=10, grace_seconds=60)
         keys += [r.run_key for r in plan.requests]
         cursor = plan.cursor

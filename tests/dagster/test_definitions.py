@@ -22,13 +22,23 @@ def dagster_env(tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    return {**os.environ, "DAGSTER_HOME": str(home), "HSI_DUCKDB_PATH": str(tmp_path / "hsi.duckdb"),
-            "HSI_ENV_FILE": os.devnull}
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "HSI_DUCKDB_PATH": str(tmp_path / "hsi.duckdb"),
+        "HSI_ENV_FILE": os.devnull,
+    }
 
 
 def test_definitions_validate_from_the_cli(dagster_env):
-    done = subprocess.run([str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"], cwd=REPO,
-                          env=dagster_env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=REPO,
+        env=dagster_env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Validation successful" in done.stdout + done.stderr
 
@@ -36,8 +46,13 @@ def test_definitions_validate_from_the_cli(dagster_env):
 def test_webserver_graphql_lists_the_four_assets_with_their_lineage(dagster_env, tmp_path):
     port = free_port()
     log = open(tmp_path / "webserver.log", "w")
-    server = subprocess.Popen([str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                              cwd=REPO, env=dagster_env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=REPO,
+        env=dagster_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     query = "{ assetNodes { assetKey { path } dependencyKeys { path } groupName } }"
     try:
         deadline = time.monotonic() + 120

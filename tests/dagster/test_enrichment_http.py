@@ -10,7 +10,7 @@ import json
 import socket
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -20,12 +20,26 @@ from hsi_dagster.core.enrichment_backends import HttpEnrichment, InlineEnrichmen
 
 pytestmark = pytest.mark.fault
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 DETECTIONS = [
-    {"detection_id": "d1", "camera_id": "cam", "ts": T0, "label": "person", "confidence": 0.9, "track_id": "t1",
-     "enrichment": {"scene": {"description": "porch", "lighting": "night", "indoor": False}}},
-    {"detection_id": "d2", "camera_id": "cam", "ts": T0 + timedelta(seconds=3), "label": "person", "confidence": 0.8,
-     "track_id": "t1", "enrichment": None},
+    {
+        "detection_id": "d1",
+        "camera_id": "cam",
+        "ts": T0,
+        "label": "person",
+        "confidence": 0.9,
+        "track_id": "t1",
+        "enrichment": {"scene": {"description": "porch", "lighting": "night", "indoor": False}},
+    },
+    {
+        "detection_id": "d2",
+        "camera_id": "cam",
+        "ts": T0 + timedelta(seconds=3),
+        "label": "person",
+        "confidence": 0.8,
+        "track_id": "t1",
+        "enrichment": None,
+    },
 ]
 BATCH = {"batch_id": "b1", "camera_id": "cam"}
 TYPES = QUALITY_LEVEL_TYPES["standard"]
@@ -74,11 +88,18 @@ def reply_json(handler, status, payload, content_type="application/json"):
 
 
 def ok(handler, body, release):
-    reply_json(handler, 200, {"results": {
-        "d1": {"florence": {"caption": "a man at the door"}, "clip": [{"label": "intruder", "score": 0.7}]},
-        "d2": {"florence": {"caption": "a man leaves"}, "bogus_type": {}},
-        "unknown-id": {"florence": {"caption": "ignored"}},
-    }, "missing": ["reid"]})
+    reply_json(
+        handler,
+        200,
+        {
+            "results": {
+                "d1": {"florence": {"caption": "a man at the door"}, "clip": [{"label": "intruder", "score": 0.7}]},
+                "d2": {"florence": {"caption": "a man leaves"}, "bogus_type": {}},
+                "unknown-id": {"florence": {"caption": "ignored"}},
+            },
+            "missing": ["reid"],
+        },
+    )
 
 
 def slow(handler, body, release):

@@ -10,16 +10,31 @@ from hsi_dagster.assets.assessments import risk_assessments
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.sensors import batch_window_sensor
+from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.llm_fixtures import SERVER_SETTINGS, start_embedded
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
 
 pytestmark = pytest.mark.llm
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
-CONTRACT_COLUMNS = ["batch_id", "camera_id", "risk_score", "risk_level", "summary", "reasoning", "status", "model",
-                    "prompt_tokens", "completion_tokens", "cached_tokens", "context_budget", "context_utilization",
-                    "sections_removed", "latency_ms", "assessed_at"]
+CONTRACT_COLUMNS = [
+    "batch_id",
+    "camera_id",
+    "risk_score",
+    "risk_level",
+    "summary",
+    "reasoning",
+    "status",
+    "model",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "context_budget",
+    "context_utilization",
+    "sections_removed",
+    "latency_ms",
+    "assessed_at",
+]
 LEVELS = {"low": range(0, 30), "medium": range(30, 60), "high": range(60, 85), "critical": range(85, 101)}
 
 
@@ -32,16 +47,25 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
     db = str(tmp_path / "hsi.duckdb")
     start = hours_ago(1)
     lines = closed_windows(["front_door", "garage"], 1, start=start)
-    lines.append(detection("fp-1", "front_door", start + timedelta(minutes=10), "person", 0.97,
-                           enrichment={"florence": {"caption": "a person at the front door holding a parcel"}}))
+    lines.append(
+        detection(
+            "fp-1",
+            "front_door",
+            start + timedelta(minutes=10),
+            "person",
+            0.97,
+            enrichment={"florence": {"caption": "a person at the front door holding a parcel"}},
+        )
+    )
     ingest_lines(db, lines)
     res = resources(db, llama_server.url)
     with dg.instance_for_test() as instance:
         tick = sensor_tick(batch_window_sensor, instance, res, None)
         assert len(tick.run_requests) == 3
         for request in tick.run_requests:
-            result = dg.materialize(PIPELINE, partition_key=request.partition_key, instance=instance, resources=res,
-                                    tags=request.tags)
+            result = dg.materialize(
+                PIPELINE, partition_key=request.partition_key, instance=instance, resources=res, tags=request.tags
+            )
             assert result.success
             checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
             assert checks["utilization_within_budget"] and checks["one_assessment_per_batch"]
@@ -52,8 +76,17 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
         for row in stored:
             record = dict(zip(CONTRACT_COLUMNS, row))
             assert record["status"] in ("ok", "invalid_output")
-            for column in ("camera_id", "model", "prompt_tokens", "completion_tokens", "cached_tokens",
-                           "context_budget", "context_utilization", "latency_ms", "assessed_at"):
+            for column in (
+                "camera_id",
+                "model",
+                "prompt_tokens",
+                "completion_tokens",
+                "cached_tokens",
+                "context_budget",
+                "context_utilization",
+                "latency_ms",
+                "assessed_at",
+            ):
                 assert record[column] is not None, column
             assert record["prompt_tokens"] <= record["context_budget"]
             if record["status"] == "ok":
@@ -82,8 +115,9 @@ def test_server_stopped_mid_run_fails_clearly_and_a_later_run_completes(tmp_path
         batch_id = tick.run_requests[0].partition_key
         assert dg.materialize(PIPELINE[:3], partition_key=batch_id, instance=instance, resources=res).success
         server.stop()
-        failed = dg.materialize([risk_assessments], partition_key=batch_id, instance=instance, resources=res,
-                                raise_on_error=False)
+        failed = dg.materialize(
+            [risk_assessments], partition_key=batch_id, instance=instance, resources=res, raise_on_error=False
+        )
         assert not failed.success
         failure = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error
         message = ""

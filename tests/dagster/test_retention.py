@@ -1,6 +1,6 @@
 """The retention job deletes old batch partitions from Dagster only: DuckDB rows stay."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import duckdb
@@ -12,7 +12,7 @@ from tests.support.pipeline_helpers import resources
 
 def test_old_partitions_go_rows_stay(tmp_path):
     db = str(tmp_path / "hsi.duckdb")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ages = {"old-a": 8, "old-b": 30, "new-c": 1}
     with connect(db) as conn:
         for batch_id, days in ages.items():
@@ -20,7 +20,8 @@ def test_old_partitions_go_rows_stay(tmp_path):
             conn.execute(
                 "INSERT INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at, close_reason,"
                 " detection_count, detection_ids, recorded_at) VALUES (?, 'cam', ?, ?, ?, 'idle', 1, ['d'], ?)",
-                [batch_id, t, t, t + timedelta(seconds=30), now])
+                [batch_id, t, t, t + timedelta(seconds=30), now],
+            )
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("batches", [*ages, "never-recorded"])
         res = resources(db, PARTITION_RETENTION_DAYS="7")

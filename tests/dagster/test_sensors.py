@@ -1,12 +1,12 @@
 """batch_window_sensor and inbox_sensor on real DuckDB files and a real (ephemeral) Dagster instance."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
 
-from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.sensors import batch_window_sensor, inbox_sensor
+from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
 
 
@@ -49,9 +49,14 @@ def test_restart_with_stored_cursor_neither_skips_nor_repeats(instance, db):
 
 
 def test_open_window_is_not_requested_until_it_closes(instance, db):
-    now = datetime.now(timezone.utc)
-    ingest_lines(db, [detection("open-1", "porch", now - timedelta(seconds=4)),
-                      detection("old-1", "porch", now - timedelta(hours=1))])
+    now = datetime.now(UTC)
+    ingest_lines(
+        db,
+        [
+            detection("open-1", "porch", now - timedelta(seconds=4)),
+            detection("old-1", "porch", now - timedelta(hours=1)),
+        ],
+    )
     result = sensor_tick(batch_window_sensor, instance, resources(db), None)
     assert len(result.run_requests) == 1
     assert result.run_requests[0].partition_key.startswith("porch")

@@ -118,7 +118,10 @@ def test_no_secret_is_written_in_the_file(compose):
     for name, service in compose["services"].items():
         for key, value in _environment(service).items():
             if SECRET_NAME.search(key):
-                assert value is None or INTERPOLATION.match(str(value)) or str(value).startswith("/run/secrets/"), (name, key)
+                assert value is None or INTERPOLATION.match(str(value)) or str(value).startswith("/run/secrets/"), (
+                    name,
+                    key,
+                )
     assert compose["secrets"]["llama_api_key"]["file"].startswith("${")
     text = COMPOSE.read_text()
     assert not re.search(r"--api-key\s", text)  # the key is only ever passed by file
@@ -130,7 +133,10 @@ def test_no_secret_is_written_in_the_file(compose):
 def test_dagster_services(compose):
     services = compose["services"]
     code = services["dagster-code"]
-    assert code["command"][:3] == ["dagster", "api", "grpc"] and code["command"][-2:] == ["-m", "hsi_dagster.definitions"]
+    assert code["command"][:3] == ["dagster", "api", "grpc"] and code["command"][-2:] == [
+        "-m",
+        "hsi_dagster.definitions",
+    ]
     assert services["dagster-webserver"]["ports"] == ["127.0.0.1:${DAGSTER_WEBSERVER_PORT:-3000}:3000"]
     assert services["dagster-daemon"]["command"][:2] == ["dagster-daemon", "run"]
     for name in ("dagster-init", "dagster-code", "dagster-webserver", "dagster-daemon"):

@@ -13,7 +13,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-PG_ENV = {"DAGSTER_PG_USERNAME": "dagster", "DAGSTER_PG_PASSWORD": "test-only", "DAGSTER_PG_HOST": "postgres", "DAGSTER_PG_DB": "dagster"}
+PG_ENV = {
+    "DAGSTER_PG_USERNAME": "dagster",
+    "DAGSTER_PG_PASSWORD": "test-only",
+    "DAGSTER_PG_HOST": "postgres",
+    "DAGSTER_PG_DB": "dagster",
+}
 
 
 @pytest.fixture
@@ -81,7 +86,13 @@ def test_the_documented_llama_slots_step_sets_the_pool(sqlite_home):
 
     env = {**os.environ, **PG_ENV, "DAGSTER_HOME": str(sqlite_home)}
     dagster_cli = Path(sys.executable).with_name("dagster")
-    done = subprocess.run([str(dagster_cli), "instance", "concurrency", "set", "llama_slots", "3"], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(dagster_cli), "instance", "concurrency", "set", "llama_slots", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     with dg.DagsterInstance.from_config(str(sqlite_home)) as instance:
         assert instance.event_log_storage.get_concurrency_info("llama_slots").slot_count == 3

@@ -44,7 +44,7 @@ def test_images_are_pinned():
     llm = DOCKERFILES[0].read_text()
     assert re.search(r"^ARG LLAMA_CPP_TAG=b\d+$", llm, re.M)
     assert re.search(r"^ARG CUDA_VERSION=\d+\.\d+\.\d+$", llm, re.M)
-    assert "--branch \"${LLAMA_CPP_TAG}\"" in llm
+    assert '--branch "${LLAMA_CPP_TAG}"' in llm
     assert re.search(r"^USER \d+$", llm, re.M) and "EXPOSE 8091" in llm
     assert 'ENTRYPOINT ["/usr/local/bin/entrypoint.sh"]' in llm and "/health" in llm
     dagster = DOCKERFILES[1].read_text()

@@ -157,7 +157,9 @@ def _exec_fake_server(tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
     model.write_bytes(b"GGUF")
     report = tmp_path / "report.json"
     run_env = {k: v for k, v in os.environ.items() if k not in HsiSettings.model_fields and k != "LLAMA_API_KEY_FILE"}
-    run_env.update(HSI_ENV_FILE=str(tmp_path / "absent.env"), MODEL_PATH=str(model), FAKE_SERVER_REPORT=str(report), **env)
+    run_env.update(
+        HSI_ENV_FILE=str(tmp_path / "absent.env"), MODEL_PATH=str(model), FAKE_SERVER_REPORT=str(report), **env
+    )
     done = subprocess.run(
         [sys.executable, "-m", "hsi_dagster.llm.argv", "--exec", "--binary", str(fake), *extra],
         env=run_env, capture_output=True, text=True, timeout=60,
@@ -209,7 +211,11 @@ def test_the_image_copy_list_is_enough_and_pulls_in_nothing_heavy(tmp_path):
     import re
 
     dockerfile = (REPO / "ai/nemotron/Dockerfile").read_text()
-    copied = [src for line in re.findall(r"^COPY (hsi_dagster/\S+(?: hsi_dagster/\S+)*) /opt/hsi/app/", dockerfile, re.M) for src in line.split()]
+    copied = [
+        src
+        for line in re.findall(r"^COPY (hsi_dagster/\S+(?: hsi_dagster/\S+)*) /opt/hsi/app/", dockerfile, re.M)
+        for src in line.split()
+    ]
     assert "hsi_dagster/llm/argv.py" in copied
     for src in copied:
         target = tmp_path / src
@@ -224,7 +230,9 @@ def test_the_image_copy_list_is_enough_and_pulls_in_nothing_heavy(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k not in HsiSettings.model_fields}
     env.update(PYTHONPATH=str(tmp_path), HSI_ENV_FILE=str(tmp_path / "absent.env"), MODEL_PATH=MODEL)
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
     assert shlex.split(done.stdout.splitlines()[0]) == DEFAULT_ARGV

@@ -54,7 +54,11 @@ def test_kv_quantization_on_a_hybrid_model_is_a_warning_with_the_saving():
     meta = nemotron_q4km_like()
     finding = findings(meta, CACHE_TYPE_K="q8_0", CACHE_TYPE_V="q8_0")["CACHE_TYPE_K"]
     # 32768 cells x (6144 - 3264) bytes = 90 MiB
-    assert finding.level == "warning" and "saves only 90 MiB" in finding.message and "95 MiB of f32 recurrent state" in finding.message
+    assert (
+        finding.level == "warning"
+        and "saves only 90 MiB" in finding.message
+        and "95 MiB of f32 recurrent state" in finding.message
+    )
     assert findings(None, CACHE_TYPE_K="q8_0")["CACHE_TYPE_K"].level == "info"
     smollm2 = read_metadata(bundled_smollm2_path())
     assert "CACHE_TYPE_K" not in findings(smollm2, CACHE_TYPE_K="q8_0", CTX_SIZE=16384)  # pays off on a dense model
@@ -90,7 +94,9 @@ def test_public_host_without_api_key_is_flagged():
 
 
 def test_errors_come_first():
-    settings = load_settings("/nonexistent.env", **{**BASE, "ANALYSIS_WORKER_COUNT": 5, "CACHE_TYPE_V": "q8_0", "FLASH_ATTENTION": False})
+    settings = load_settings(
+        "/nonexistent.env", **{**BASE, "ANALYSIS_WORKER_COUNT": 5, "CACHE_TYPE_V": "q8_0", "FLASH_ATTENTION": False}
+    )
     result = check_config(settings)
     assert {f.level for f in result} == {"error", "warning", "info"}
     assert [f.level for f in result] == sorted((f.level for f in result), key=["error", "warning", "info"].index)

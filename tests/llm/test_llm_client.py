@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -240,7 +238,9 @@ def test_embedded_process_logs_to_file_and_stops_cleanly_on_sigterm(tmp_path) ->
     assert code == 0
     assert not process.running
     log = process.log_path.read_text()
-    assert f"llama.cpp server ready at {process.url} (model SmolLM2-135M-Instruct.Q4_1.gguf, 1 slots x 4096 tokens" in log
+    assert (
+        f"llama.cpp server ready at {process.url} (model SmolLM2-135M-Instruct.Q4_1.gguf, 1 slots x 4096 tokens" in log
+    )
     assert "llama.cpp server stopped" in log
     assert " I srv " not in log  # info-level C++ chatter is turned down (verbosity 2: warnings and errors)
 
@@ -255,8 +255,15 @@ def test_build_params_maps_every_option() -> None:
     import xllamacpp
 
     options = _options(
-        cache_type_k="q8_0", cache_type_v="q4_0", gpu_layers="all", api_key="k1", cache_reuse=128, batch_size=256,
-        n_cpu_moe=2, override_tensor=None, host="0.0.0.0",
+        cache_type_k="q8_0",
+        cache_type_v="q4_0",
+        gpu_layers="all",
+        api_key="k1",
+        cache_reuse=128,
+        batch_size=256,
+        n_cpu_moe=2,
+        override_tensor=None,
+        host="0.0.0.0",
     )
     params = build_params(options)
     assert params.model.path == str(options.model_path)
@@ -283,7 +290,10 @@ def test_build_params_maps_every_option() -> None:
         ({"cache_type_k": "q3_k"}, "CACHE_TYPE_K='q3_k'"),
         ({"model_path": "/nonexistent/model.gguf"}, "MODEL_PATH='/nonexistent/model.gguf'"),
         ({"mlock": True}, "MLOCK=true"),
-        ({"cache_type_v": "q8_0", "flash_attention": False}, "CACHE_TYPE_V='q8_0' is invalid with FLASH_ATTENTION=false"),
+        (
+            {"cache_type_v": "q8_0", "flash_attention": False},
+            "CACHE_TYPE_V='q8_0' is invalid with FLASH_ATTENTION=false",
+        ),
         ({"override_tensor": "exps=NOSUCHDEVICE"}, "OVERRIDE_TENSOR='exps=NOSUCHDEVICE'"),
         ({"draft_model_path": "/nonexistent/draft.gguf"}, "DRAFT_MODEL_PATH='/nonexistent/draft.gguf'"),
     ],

@@ -467,8 +467,8 @@ def test_budgeted_prompts_asset_budgets_from_fake_openai_server(fakes: list[Fake
     from hsi_dagster.assets.batches import detection_batches
     from hsi_dagster.assets.contexts import enriched_contexts
     from hsi_dagster.assets.prompts import budgeted_prompts
-    from hsi_dagster.storage.ingest import ingest_lines
     from hsi_dagster.sensors import batch_window_sensor
+    from hsi_dagster.storage.ingest import ingest_lines
     from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
 
     fake = start_fake(fakes, FakeOpenAI, max_model_len=6000)

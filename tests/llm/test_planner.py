@@ -15,7 +15,6 @@ import pytest
 
 from hsi_dagster.llm.model_files import bundled_smollm2_path
 from hsi_dagster.llm.planner import (
-    GIB,
     MIB,
     ModelMetadata,
     PlanInputs,
@@ -91,7 +90,9 @@ def nemotron_gguf(tmp_path_factory) -> Path:
     writer.add_tensor("blk.1.ffn_down_exps.weight", np.zeros((4, 16, 8), dtype=np.float16))
     writer.add_tensor("blk.1.ffn_up_shexp.weight", np.zeros((8, 16), dtype=np.float16))
     # q8_0: 2 rows x 64 values = 4 blocks of 34 bytes
-    writer.add_tensor("blk.5.attn_k.weight", np.zeros((2, 68), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor(
+        "blk.5.attn_k.weight", np.zeros((2, 68), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_0
+    )
     writer.add_tensor("output.weight", np.zeros((8, 16), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -157,7 +158,9 @@ def test_header_reader_agrees_with_the_gguf_package(which, nemotron_gguf):
     assert ours.n_layer == reference.fields[f"{arch}.block_count"].contents()
     assert ours.n_embd == reference.fields[f"{arch}.embedding_length"].contents()
     head_count_kv = reference.fields[f"{arch}.attention.head_count_kv"].contents()
-    assert list(ours.n_head_kv) == (head_count_kv if isinstance(head_count_kv, list) else [head_count_kv] * ours.n_layer)
+    assert list(ours.n_head_kv) == (
+        head_count_kv if isinstance(head_count_kv, list) else [head_count_kv] * ours.n_layer
+    )
 
 
 def test_quantized_tensor_size_comes_from_its_block_layout(nemotron):
@@ -210,9 +213,15 @@ def nemotron_q4km_like() -> ModelMetadata:
                 TensorInfo(f"blk.{il}.ffn_down_shexp.weight", 6 * MIB),
             ]
         elif kind == "M":
-            tensors += [TensorInfo(f"blk.{il}.ssm_in.weight", 16 * MIB), TensorInfo(f"blk.{il}.ssm_out.weight", 7 * MIB)]
+            tensors += [
+                TensorInfo(f"blk.{il}.ssm_in.weight", 16 * MIB),
+                TensorInfo(f"blk.{il}.ssm_out.weight", 7 * MIB),
+            ]
         else:
-            tensors += [TensorInfo(f"blk.{il}.attn_q.weight", 7 * MIB), TensorInfo(f"blk.{il}.attn_output.weight", 7 * MIB)]
+            tensors += [
+                TensorInfo(f"blk.{il}.attn_q.weight", 7 * MIB),
+                TensorInfo(f"blk.{il}.attn_output.weight", 7 * MIB),
+            ]
     return metadata_from_fields(nemotron_fields(), tensors)
 
 
@@ -324,7 +333,9 @@ def _server_memory_report(model: Path, ctx: int, parallel: int, k: str, v: str) 
 def test_planner_kv_cache_matches_the_real_server(ctx, parallel, k, v):
     model = bundled_smollm2_path()
     server_kv, server_cells, server_compute = _server_memory_report(model, ctx, parallel, k, v)
-    plan = plan_from_metadata(read_metadata(model), PlanInputs(ctx_size=ctx, parallel=parallel, cache_type_k=k, cache_type_v=v))
+    plan = plan_from_metadata(
+        read_metadata(model), PlanInputs(ctx_size=ctx, parallel=parallel, cache_type_k=k, cache_type_v=v)
+    )
     print(f"ctx={ctx} parallel={parallel} K={k} V={v}: planner KV {plan.kv_bytes / MIB:.2f} MiB, "
           f"server {server_kv / MIB:.2f} MiB; cells {plan.kv_cells} vs {server_cells}; "
           f"compute planner {plan.compute_bytes / MIB:.2f} vs server {server_compute / MIB:.2f} MiB")  # fmt: skip

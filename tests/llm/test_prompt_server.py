@@ -4,11 +4,11 @@ import random
 
 import pytest
 
-from hsi_dagster.llm.calibration import synthetic_batch
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import build_sections
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA
+from hsi_dagster.llm.calibration import synthetic_batch
 from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.settings import HsiSettings
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -17,7 +17,7 @@ from hsi_dagster.storage import alerts
 from hsi_dagster.storage.alerts import Alert, raise_alert, risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.db import connect
 
-NOW = datetime(2026, 12, 1, 2, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)
 COOLDOWN = 600.0
 
 
@@ -33,8 +33,9 @@ class Webhook:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                webhook.posts.append({"path": self.path, "content_type": self.headers.get("Content-Type"),
-                                      "json": json.loads(body)})
+                webhook.posts.append(
+                    {"path": self.path, "content_type": self.headers.get("Content-Type"), "json": json.loads(body)}
+                )
                 if webhook.mode == "hang":
                     webhook.release.wait(10)
                     return
@@ -50,7 +51,7 @@ class Webhook:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "Webhook":
+    def __enter__(self) -> Webhook:
         self.thread.start()
         return self
 
@@ -83,13 +84,30 @@ def _add_batch(conn, batch_id: str, camera_id: str, close_reason: str = "window"
     conn.execute(
         "INSERT INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at, close_reason,"
         " detection_count, detection_ids, labels, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [batch_id, camera_id, NOW, NOW, NOW, close_reason, len(labels), [f"{batch_id}-{i}" for i in range(len(labels))],
-         list(labels), NOW],
+        [
+            batch_id,
+            camera_id,
+            NOW,
+            NOW,
+            NOW,
+            close_reason,
+            len(labels),
+            [f"{batch_id}-{i}" for i in range(len(labels))],
+            list(labels),
+            NOW,
+        ],
     )
 
 
-def _add_assessment(conn, batch_id: str, camera_id: str, level: str | None, score: int | None,
-                    status: str = "ok", summary: str | None = None) -> None:
+def _add_assessment(
+    conn,
+    batch_id: str,
+    camera_id: str,
+    level: str | None,
+    score: int | None,
+    status: str = "ok",
+    summary: str | None = None,
+) -> None:
     conn.execute(
         "INSERT INTO risk_assessments (batch_id, camera_id, risk_score, risk_level, summary, status, assessed_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -100,7 +118,8 @@ def _add_assessment(conn, batch_id: str, camera_id: str, level: str | None, scor
 def _alert_rows(conn) -> list[tuple]:
     return conn.execute(
         "SELECT alert_id, batch_id, camera_id, kind, risk_level, risk_score, summary, webhook_status FROM alerts"
-        " ORDER BY created_at, alert_id").fetchall()
+        " ORDER BY created_at, alert_id"
+    ).fetchall()
 
 
 def _risk_alert(conn, batch_id: str, camera_id: str, level: str = "high", score: int = 75) -> Alert:
@@ -132,10 +151,24 @@ def test_high_and_critical_alert_and_post_the_payload(conn, webhook: Webhook) ->
     assert [post["path"] for post in webhook.posts] == ["/hook", "/hook"]
     assert all(post["content_type"] == "application/json" for post in webhook.posts)
     assert [post["json"] for post in webhook.posts] == [
-        {"alert_id": "b_high:risk", "kind": "risk", "batch_id": "b_high", "camera_id": "front_door",
-         "risk_level": "high", "risk_score": 72, "summary": "person tries the door handle"},
-        {"alert_id": "b_critical:risk", "kind": "risk", "batch_id": "b_critical", "camera_id": "backyard",
-         "risk_level": "critical", "risk_score": 95, "summary": "person with crowbar at window"},
+        {
+            "alert_id": "b_high:risk",
+            "kind": "risk",
+            "batch_id": "b_high",
+            "camera_id": "front_door",
+            "risk_level": "high",
+            "risk_score": 72,
+            "summary": "person tries the door handle",
+        },
+        {
+            "alert_id": "b_critical:risk",
+            "kind": "risk",
+            "batch_id": "b_critical",
+            "camera_id": "backyard",
+            "risk_level": "critical",
+            "risk_score": 95,
+            "summary": "person with crowbar at window",
+        },
     ]
 
 
@@ -157,25 +190,47 @@ def test_cooldown_is_per_camera(conn, webhook: Webhook) -> None:
     after_cooldown = _risk_alert(conn, "b4", "front_door")
 
     assert raise_alert(conn, first, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW) == "sent"
-    assert raise_alert(conn, second_same_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN,
-                       now=NOW + timedelta(seconds=60)) == "cooldown"
-    assert raise_alert(conn, other_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN,
-                       now=NOW + timedelta(seconds=61)) == "sent"
-    assert raise_alert(conn, after_cooldown, webhook_url=webhook.url, cooldown_s=COOLDOWN,
-                       now=NOW + timedelta(seconds=COOLDOWN + 1)) == "sent"
+    assert (
+        raise_alert(
+            conn, second_same_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW + timedelta(seconds=60)
+        )
+        == "cooldown"
+    )
+    assert (
+        raise_alert(conn, other_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW + timedelta(seconds=61))
+        == "sent"
+    )
+    assert (
+        raise_alert(
+            conn,
+            after_cooldown,
+            webhook_url=webhook.url,
+            cooldown_s=COOLDOWN,
+            now=NOW + timedelta(seconds=COOLDOWN + 1),
+        )
+        == "sent"
+    )
 
     assert [(row[0], row[7]) for row in _alert_rows(conn)] == [
-        ("b1:risk", "sent"), ("b2:risk", "cooldown"), ("b3:risk", "sent"), ("b4:risk", "sent")]
+        ("b1:risk", "sent"),
+        ("b2:risk", "cooldown"),
+        ("b3:risk", "sent"),
+        ("b4:risk", "sent"),
+    ]
     # the alert in cooldown is stored (with its text) but not posted
     assert conn.execute("SELECT risk_level, summary FROM alerts WHERE alert_id = 'b2:risk'").fetchone() == (
-        "critical", "critical at front_door")
+        "critical",
+        "critical at front_door",
+    )
     assert [post["json"]["alert_id"] for post in webhook.posts] == ["b1:risk", "b3:risk", "b4:risk"]
 
 
 # ------------------------------------------------------------------------------------------------ failures
 def test_webhook_http_500_is_recorded_not_raised(conn, webhook: Webhook) -> None:
     webhook.mode = "error"
-    status = raise_alert(conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW)
+    status = raise_alert(
+        conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW
+    )
     assert status == f"failed: {webhook.url}: HTTP 500"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1  # it was tried
@@ -193,7 +248,9 @@ def test_webhook_connection_refused_is_recorded_not_raised(conn) -> None:
 
 def test_webhook_timeout_is_recorded_not_raised(conn, webhook: Webhook, short_webhook_timeout: None) -> None:
     webhook.mode = "hang"
-    status = raise_alert(conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW)
+    status = raise_alert(
+        conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW
+    )
     assert status == f"failed: {webhook.url}: ReadTimeout"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1
@@ -209,8 +266,9 @@ def test_malformed_webhook_url_is_recorded_not_raised(conn, url: str) -> None:
 def test_webhook_off_stores_disabled(conn) -> None:
     for webhook_url in (None, ""):
         batch_id = f"b_{webhook_url!r}"
-        status = raise_alert(conn, _risk_alert(conn, batch_id, "front_door"), webhook_url=webhook_url,
-                             cooldown_s=COOLDOWN, now=NOW)
+        status = raise_alert(
+            conn, _risk_alert(conn, batch_id, "front_door"), webhook_url=webhook_url, cooldown_s=COOLDOWN, now=NOW
+        )
         assert status == "disabled"
     assert [row[7] for row in _alert_rows(conn)] == ["disabled", "disabled"]
 
@@ -228,8 +286,9 @@ def test_raise_alert_is_idempotent_per_alert_id(conn, webhook: Webhook) -> None:
 # ------------------------------------------------------------------------------------------------ fast path
 def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webhook) -> None:
     _add_batch(conn, "fp_failed", "front_door", "fast_path", labels=("person",))
-    _add_assessment(conn, "fp_failed", "front_door", "high", 80, status="invalid_output",
-                    summary="LLM text that must not be used")
+    _add_assessment(
+        conn, "fp_failed", "front_door", "high", 80, status="invalid_output", summary="LLM text that must not be used"
+    )
     _add_batch(conn, "fp_missing", "garage", "fast_path", labels=("person",))  # no assessment at all
     _add_batch(conn, "fp_ok", "backyard", "fast_path", labels=("person",))
     _add_assessment(conn, "fp_ok", "backyard", "low", 10)
@@ -242,7 +301,11 @@ def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webho
 
     alert = unassessed_fast_path_alert(conn, "fp_failed")
     assert alert is not None
-    assert (alert.alert_id, alert.kind, alert.camera_id) == ("fp_failed:unassessed", "fast_path_unassessed", "front_door")
+    assert (alert.alert_id, alert.kind, alert.camera_id) == (
+        "fp_failed:unassessed",
+        "fast_path_unassessed",
+        "front_door",
+    )
     assert alert.risk_level is None and alert.risk_score is None
     assert alert.summary == "fast-path detection (person) could not be assessed by the LLM"
     assert "LLM text" not in json.dumps(alert.payload())
@@ -253,15 +316,36 @@ def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webho
     assert raise_alert(conn, missing, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW) == "sent"
 
     assert _alert_rows(conn) == [
-        ("fp_failed:unassessed", "fp_failed", "front_door", "fast_path_unassessed", None, None,
-         "fast-path detection (person) could not be assessed by the LLM", "sent"),
-        ("fp_missing:unassessed", "fp_missing", "garage", "fast_path_unassessed", None, None,
-         "fast-path detection (person) could not be assessed by the LLM", "sent"),
+        (
+            "fp_failed:unassessed",
+            "fp_failed",
+            "front_door",
+            "fast_path_unassessed",
+            None,
+            None,
+            "fast-path detection (person) could not be assessed by the LLM",
+            "sent",
+        ),
+        (
+            "fp_missing:unassessed",
+            "fp_missing",
+            "garage",
+            "fast_path_unassessed",
+            None,
+            None,
+            "fast-path detection (person) could not be assessed by the LLM",
+            "sent",
+        ),
     ]
     assert webhook.posts[0]["json"] == {
-        "alert_id": "fp_failed:unassessed", "kind": "fast_path_unassessed", "batch_id": "fp_failed",
-        "camera_id": "front_door", "risk_level": None, "risk_score": None,
-        "summary": "fast-path detection (person) could not be assessed by the LLM"}
+        "alert_id": "fp_failed:unassessed",
+        "kind": "fast_path_unassessed",
+        "batch_id": "fp_failed",
+        "camera_id": "front_door",
+        "risk_level": None,
+        "risk_score": None,
+        "summary": "fast-path detection (person) could not be assessed by the LLM",
+    }
 
 
 def test_alert_sensor_reads_new_materializations_once_and_posts(tmp_path: Path, webhook: Webhook) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches, closed_batches
 from hsi_dagster.storage.batches import (
     BatchNotClosed,
     BatchNotFound,
@@ -16,12 +17,11 @@ from hsi_dagster.storage.batches import (
     pending_closed_batches,
     record_batch,
 )
-from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches, closed_batches
-from hsi_dagster.synthetic.streams import simulate
-from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.ingest import ingest_lines
+from hsi_dagster.synthetic.streams import simulate
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 RULES = BatchRules()
 
 
@@ -34,9 +34,17 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def det(detection_id: str, seconds: float, camera: str = "cam", label: str = "car", confidence: float = 0.6, **extra) -> str:
-    record = {"detection_id": detection_id, "camera_id": camera, "ts": at(seconds).isoformat().replace("+00:00", "Z"),
-              "label": label, "confidence": confidence, **extra}
+def det(
+    detection_id: str, seconds: float, camera: str = "cam", label: str = "car", confidence: float = 0.6, **extra
+) -> str:
+    record = {
+        "detection_id": detection_id,
+        "camera_id": camera,
+        "ts": at(seconds).isoformat().replace("+00:00", "Z"),
+        "label": label,
+        "confidence": confidence,
+        **extra,
+    }
     return json.dumps(record)
 
 
@@ -54,9 +62,16 @@ def test_pending_closed_batches_match_the_pure_rules(conn) -> None:
     records = list(simulate(2, start=T0, duration_s=3600, events_per_hour=60))
     ingest_lines(conn, [json.dumps(r) for r in records])
     as_of = at(1800)
-    refs = [DetectionRef(r["detection_id"], r["camera_id"],
-                         datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(timezone.utc), r["label"], r["confidence"])
-            for r in records]
+    refs = [
+        DetectionRef(
+            r["detection_id"],
+            r["camera_id"],
+            datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC),
+            r["label"],
+            r["confidence"],
+        )
+        for r in records
+    ]
     expected = closed_batches(assign_batches([r for r in refs if r.ts <= as_of], RULES), as_of)
     pending = pending_closed_batches(conn, RULES, as_of)
     assert pending == expected and len(pending) > 20
@@ -73,13 +88,18 @@ def test_record_batch_assigns_its_detections_once(conn) -> None:
     recorded = record_batch(conn, first.batch_id, RULES, as_of)
     assert recorded == first
     assert (assigned(conn, "a1"), assigned(conn, "a2"), assigned(conn, "b1")) == (first.batch_id, first.batch_id, None)
-    row = conn.execute("SELECT detection_count, detection_ids, labels, close_reason, has_late FROM detection_batches").fetchall()
+    row = conn.execute(
+        "SELECT detection_count, detection_ids, labels, close_reason, has_late FROM detection_batches"
+    ).fetchall()
     assert row == [(2, ["a1", "a2"], ["car", "car"], "idle", False)]
     before = conn.execute("SELECT * FROM detection_batches").fetchall()
     again = record_batch(conn, first.batch_id, RULES, at(5000))  # idempotent, even at another time
     assert again.detection_ids == first.detection_ids and again.closes_at == first.closes_at
     assert conn.execute("SELECT * FROM detection_batches").fetchall() == before
-    assert [b.batch_id for b in pending_closed_batches(conn, RULES, as_of)] == [pending[0].batch_id, pending[2].batch_id]
+    assert [b.batch_id for b in pending_closed_batches(conn, RULES, as_of)] == [
+        pending[0].batch_id,
+        pending[2].batch_id,
+    ]
 
 
 def test_unknown_and_open_batches_are_refused(conn) -> None:
@@ -119,8 +139,12 @@ def test_list_batches_shows_recorded_closed_and_open(conn) -> None:
     record_batch(conn, pending_closed_batches(conn, RULES, at(310))[0].batch_id, RULES, at(310))
     listing = list_batches(conn, RULES, at(310))
     summary = [(b["detection_ids"], b["state"], b["close_reason"]) for b in listing]
-    assert summary == [(["a1"], "recorded", "idle"), (["x1"], "closed", "idle"), (["b1"], "closed", "idle"),
-                       (["c1"], "open", "open")]
+    assert summary == [
+        (["a1"], "recorded", "idle"),
+        (["x1"], "closed", "idle"),
+        (["b1"], "closed", "idle"),
+        (["c1"], "open", "open"),
+    ]
     for row in listing:
         assert set(row) >= {"batch_id", "camera_id", "started_at", "closes_at", "close_reason", "detection_ids"}
         assert row["started_at"].tzinfo is not None

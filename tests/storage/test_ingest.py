@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hsi_dagster.core.detections import Detection, Rejection, validate_record
-from hsi_dagster.synthetic.streams import bad_lines, encode_record, simulate, write_jsonl
 from hsi_dagster.core.fast_check import finish_sql
-from hsi_dagster.storage.ingest import IngestError, already_ingested, check_chunk, ingest_files, ingest_lines
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.ingest import IngestError, already_ingested, check_chunk, ingest_files, ingest_lines
+from hsi_dagster.synthetic.streams import bad_lines, encode_record, simulate, write_jsonl
 
-START = datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc)
+START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
 
 
 def good_records(n: int, seed: int = 5) -> list[dict]:
@@ -69,8 +69,10 @@ def test_good_lines_load_and_each_bad_one_is_quarantined_naming_its_field(tmp_pa
     assert report.files[0].rescued == 0  # every simulated record passed the fast path
     stored = {r[0] for r in rows(db, "SELECT detection_id FROM detections")}
     assert stored == {r["detection_id"] for r in good}
-    quarantined = {line_no: (reason, raw, source) for source, line_no, raw, reason in
-                   rows(db, "SELECT source, line_no, raw, reason FROM quarantine")}
+    quarantined = {
+        line_no: (reason, raw, source)
+        for source, line_no, raw, reason in rows(db, "SELECT source, line_no, raw, reason FROM quarantine")
+    }
     assert set(quarantined) == set(expected_bad)
     for line_no, item in expected_bad.items():
         reason, raw, source = quarantined[line_no]
@@ -78,8 +80,11 @@ def test_good_lines_load_and_each_bad_one_is_quarantined_naming_its_field(tmp_pa
         assert source == str(path.resolve())
         assert len(raw) <= 4200  # bounded, even for the 1 MB line
     sample = good[123]
-    (stored_row,) = rows(db, "SELECT camera_id, label, confidence, track_id, enrichment, line_no FROM detections WHERE detection_id = ?",
-                         [sample["detection_id"]])
+    (stored_row,) = rows(
+        db,
+        "SELECT camera_id, label, confidence, track_id, enrichment, line_no FROM detections WHERE detection_id = ?",
+        [sample["detection_id"]],
+    )
     assert stored_row[:4] == (sample["camera_id"], sample["label"], sample["confidence"], sample.get("track_id"))
     assert (json.loads(stored_row[4]) if stored_row[4] else None) == sample.get("enrichment")
 
@@ -90,11 +95,19 @@ def test_reingesting_the_same_file_changes_nothing(tmp_path: Path, mixed_file) -
     ingest_files(db, [path])
     snapshot = {
         table: rows(db, f"SELECT * EXCLUDE ({skip}) FROM {table} ORDER BY ALL")
-        for table, skip in (("detections", "ingested_at"), ("quarantine", "received_at"), ("ingested_files", "ingested_at"))
+        for table, skip in (
+            ("detections", "ingested_at"),
+            ("quarantine", "received_at"),
+            ("ingested_files", "ingested_at"),
+        )
     }
     again = ingest_files(db, [path])
     assert again.loaded == 0 and again.duplicates == len(good) and again.quarantined == len(expected_bad)
-    for table, skip in (("detections", "ingested_at"), ("quarantine", "received_at"), ("ingested_files", "ingested_at")):
+    for table, skip in (
+        ("detections", "ingested_at"),
+        ("quarantine", "received_at"),
+        ("ingested_files", "ingested_at"),
+    ):
         assert rows(db, f"SELECT * EXCLUDE ({skip}) FROM {table} ORDER BY ALL") == snapshot[table], table
 
 
@@ -115,13 +128,18 @@ def test_line_numbers_survive_huge_lines_blank_lines_bom_and_crlf(tmp_path: Path
     path = tmp_path / "odd.jsonl"
     huge = b'{"detection_id": "' + b"x" * 5_000_000 + b'"}'
     path.write_bytes(
-        b"\xef\xbb\xbf" + encode_record(records[0]) + b"\r\n"  # line 1, BOM and CRLF
+        b"\xef\xbb\xbf"
+        + encode_record(records[0])
+        + b"\r\n"  # line 1, BOM and CRLF
         + b"\n"  # line 2 blank
-        + huge + b"\n"  # line 3, longer than a read block
-        + encode_record(records[1]) + b"\n"  # line 4
+        + huge
+        + b"\n"  # line 3, longer than a read block
+        + encode_record(records[1])
+        + b"\n"  # line 4
         + b"   \t\n"  # line 5 blank
         + b'{"detection_id": "\xff"}\n'  # line 6 bad UTF-8
-        + encode_record(records[2]) + b"\n"  # line 7
+        + encode_record(records[2])
+        + b"\n"  # line 7
         + encode_record(records[3])  # line 8, no final newline
     )
     report = ingest_files(tmp_path / "hsi.duckdb", [path])
@@ -129,7 +147,10 @@ def test_line_numbers_survive_huge_lines_blank_lines_bom_and_crlf(tmp_path: Path
     db = tmp_path / "hsi.duckdb"
     assert rows(db, "SELECT line_no FROM detections ORDER BY line_no") == [(1,), (4,), (7,), (8,)]
     quarantine = rows(db, "SELECT line_no, reason, length(raw) FROM quarantine ORDER BY line_no")
-    assert [(q[0], q[1].split(" (")[0]) for q in quarantine] == [(3, "line: longer than 65536 bytes"), (6, "line: not valid UTF-8")]
+    assert [(q[0], q[1].split(" (")[0]) for q in quarantine] == [
+        (3, "line: longer than 65536 bytes"),
+        (6, "line: not valid UTF-8"),
+    ]
     assert quarantine[0][2] < 20_000
 
 
@@ -176,11 +197,22 @@ def test_ingested_files_are_recorded_for_the_inbox_watcher(tmp_path: Path) -> No
 
 def test_in_memory_lines_accept_str_and_bytes_and_refuse_undecodable(tmp_path: Path) -> None:
     records = good_records(3)
-    report = ingest_lines(tmp_path / "hsi.duckdb", [json.dumps(records[0]), encode_record(records[1]) + b"\n",
-                                                    b"\xff\xfe", "{\"a\": \"\ud800\"}", json.dumps(records[2])], source="mem")
+    report = ingest_lines(
+        tmp_path / "hsi.duckdb",
+        [
+            json.dumps(records[0]),
+            encode_record(records[1]) + b"\n",
+            b"\xff\xfe",
+            '{"a": "\ud800"}',
+            json.dumps(records[2]),
+        ],
+        source="mem",
+    )
     assert (report.loaded, report.quarantined) == (3, 2)
     assert rows(tmp_path / "hsi.duckdb", "SELECT line_no, split_part(reason, ' (', 1) FROM quarantine ORDER BY 1") == [
-        (3, "line: not valid UTF-8"), (4, "line: not valid UTF-8")]
+        (3, "line: not valid UTF-8"),
+        (4, "line: not valid UTF-8"),
+    ]
 
 
 def test_ingest_lines_works_inside_an_open_connection(tmp_path: Path) -> None:
@@ -193,19 +225,77 @@ def test_ingest_lines_works_inside_an_open_connection(tmp_path: Path) -> None:
 # ---- the fast path never accepts what the validator refuses -------------------------------------------
 CORPUS = [json.dumps(r) for r in good_records(60, seed=9)]
 ENRICHED = [line for line in CORPUS if '"enrichment"' in line]
-SPECIAL = ["NaN", "Infinity", "-Infinity", "1e400", "-0", "1E2", "0.5e-1", '"\\u0041"', '"\\ud800"', '"a\\u0001"', '"\\n"',
-           '"' + "w" * 3000 + '"', "[]", "{}", "null", "true", '"day"', '"0.5"', "[0.1,0.2,0.3,0.4]", "[0.4,0.2,0.3,0.9]",
-           '"2026-12-01T02:14:05Z"', '"2026-12-01t02:14:05.5+01:00"', '"2026-12-01T24:00:00Z"', "[{}]", '[{"label":"x","score":2}]',
-           '"a\\u003ab"', '"\\u007f"', '"\u007f"', '"say \\"hi\\": ok"', '"\\ud83d\\ude00"', '{"sam": {"n": 1}}', "1e15"]
+SPECIAL = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "-0",
+    "1E2",
+    "0.5e-1",
+    '"\\u0041"',
+    '"\\ud800"',
+    '"a\\u0001"',
+    '"\\n"',
+    '"' + "w" * 3000 + '"',
+    "[]",
+    "{}",
+    "null",
+    "true",
+    '"day"',
+    '"0.5"',
+    "[0.1,0.2,0.3,0.4]",
+    "[0.4,0.2,0.3,0.9]",
+    '"2026-12-01T02:14:05Z"',
+    '"2026-12-01t02:14:05.5+01:00"',
+    '"2026-12-01T24:00:00Z"',
+    "[{}]",
+    '[{"label":"x","score":2}]',
+    '"a\\u003ab"',
+    '"\\u007f"',
+    '"\u007f"',
+    '"say \\"hi\\": ok"',
+    '"\\ud83d\\ude00"',
+    '{"sam": {"n": 1}}',
+    "1e15",
+]
 JSON_VALUES = st.one_of(
     st.sampled_from(SPECIAL),
-    st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | st.integers() | st.text(max_size=12),
-                 lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-                 max_leaves=8).map(json.dumps),
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.integers()
+        | st.text(max_size=12),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+        max_leaves=8,
+    ).map(json.dumps),
 )
 KEYS = ["detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment", "extra"]
-INNER = ["florence", "clip", "scene", "pose", "action", "pet", "weather", "vehicle", "clothing", "violence", "depth",
-         "reid", "caption", "score", "label", "lighting", "bbox", "regions", "identity", "distance_m", "seen_before", "new"]
+INNER = [
+    "florence",
+    "clip",
+    "scene",
+    "pose",
+    "action",
+    "pet",
+    "weather",
+    "vehicle",
+    "clothing",
+    "violence",
+    "depth",
+    "reid",
+    "caption",
+    "score",
+    "label",
+    "lighting",
+    "bbox",
+    "regions",
+    "identity",
+    "distance_m",
+    "seen_before",
+    "new",
+]
 
 
 @st.composite
@@ -223,12 +313,22 @@ def mutated_lines(draw: st.DrawFn) -> str:
         elif how in ("duplicate", "add"):
             cut = draw(st.sampled_from([i for i, ch in enumerate(text) if ch == "{"]))
             name = key if how == "duplicate" else draw(st.sampled_from([key, "zz"]))
-            text = text[: cut + 1] + f'"{name}":{value},' + text[cut + 1:]
+            text = text[: cut + 1] + f'"{name}":{value},' + text[cut + 1 :]
         else:
-            text = draw(st.sampled_from([
-                text.replace(",", ", "), text.replace('"}', '",}'), text.replace("]", ",]"), text.replace("Z\"", "z\""),
-                text.replace('"ts":"', '"ts":" '), text + " ", "  " + text, text.replace(":", ": "),
-            ]))
+            text = draw(
+                st.sampled_from(
+                    [
+                        text.replace(",", ", "),
+                        text.replace('"}', '",}'),
+                        text.replace("]", ",]"),
+                        text.replace('Z"', 'z"'),
+                        text.replace('"ts":"', '"ts":" '),
+                        text + " ",
+                        "  " + text,
+                        text.replace(":", ": "),
+                    ]
+                )
+            )
     return text
 
 
@@ -285,7 +385,12 @@ def assert_agrees(sql_row: dict, text: str) -> None:
     result = validate_record(text, source="fuzz", line_no=sql_row["line_no"])
     assert isinstance(result, Detection), (text, result)
     assert (sql_row["detection_id"], sql_row["camera_id"], sql_row["label"], sql_row["track_id"], sql_row["zone"]) == (
-        result.detection_id, result.camera_id, result.label, result.track_id, result.zone)
+        result.detection_id,
+        result.camera_id,
+        result.label,
+        result.track_id,
+        result.zone,
+    )
     assert sql_row["ts"] == result.ts
     assert sql_row["confidence"] == result.confidence
     assert (tuple(sql_row["bbox"]) if sql_row["bbox"] is not None else None) == result.bbox
@@ -336,7 +441,10 @@ def test_an_escaped_colon_cannot_hide_a_duplicate_key() -> None:
 
 def test_refused_by_the_fast_path_but_valid_lines_still_load(tmp_path: Path) -> None:
     """Unknown nested fields take the slow path, and still load."""
-    record = dict(good_records(1)[0], enrichment={"scene": {"lighting": "day", "tilt": 2}, "clip": [{"label": "a", "score": 0.5, "rank": 1}]})
+    record = dict(
+        good_records(1)[0],
+        enrichment={"scene": {"lighting": "day", "tilt": 2}, "clip": [{"label": "a", "score": 0.5, "rank": 1}]},
+    )
     record["label"] = "caf\u00e9"
     text = json.dumps(record, ensure_ascii=True)
     (row,) = fast_path([text])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -27,28 +27,65 @@ from hsi_dagster.storage.pipeline_tables import (
 # Contract section 3, written out from the contract text.
 CONTRACT_COLUMNS: dict[str, set[str]] = {
     "detections": {
-        "detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment",
-        "ingested_at", "batch_id",
+        "detection_id",
+        "camera_id",
+        "ts",
+        "label",
+        "confidence",
+        "bbox",
+        "track_id",
+        "zone",
+        "enrichment",
+        "ingested_at",
+        "batch_id",
     },
     "quarantine": {"source", "line_no", "raw", "reason", "received_at"},
     "detection_batches": {
-        "batch_id", "camera_id", "started_at", "last_ts", "closes_at", "close_reason", "detection_count",
+        "batch_id",
+        "camera_id",
+        "started_at",
+        "last_ts",
+        "closes_at",
+        "close_reason",
+        "detection_count",
     },
     "enriched_contexts": {"batch_id", "context", "quality_level", "missing_enrichment", "created_at"},
     "budgeted_prompts": {
-        "batch_id", "messages", "prompt_tokens_estimate", "context_budget", "budget_source", "sections_removed",
+        "batch_id",
+        "messages",
+        "prompt_tokens_estimate",
+        "context_budget",
+        "budget_source",
+        "sections_removed",
         "created_at",
     },
     "risk_assessments": {
-        "batch_id", "camera_id", "risk_score", "risk_level", "summary", "reasoning", "status", "model",
-        "prompt_tokens", "completion_tokens", "cached_tokens", "context_budget", "context_utilization",
-        "sections_removed", "latency_ms", "assessed_at",
+        "batch_id",
+        "camera_id",
+        "risk_score",
+        "risk_level",
+        "summary",
+        "reasoning",
+        "status",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "context_budget",
+        "context_utilization",
+        "sections_removed",
+        "latency_ms",
+        "assessed_at",
     },
 }
 # Columns the contract calls JSON.
-CONTRACT_JSON_COLUMNS = {("detections", "enrichment"), ("enriched_contexts", "context"), ("budgeted_prompts", "messages")}
+CONTRACT_JSON_COLUMNS = {
+    ("detections", "enrichment"),
+    ("enriched_contexts", "context"),
+    ("budgeted_prompts", "messages"),
+}
 
-T0 = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 
 
 def _columns(conn) -> dict[str, dict[str, str]]:
@@ -60,13 +97,30 @@ def _columns(conn) -> dict[str, dict[str, str]]:
     return tables
 
 
-def _add_batch(conn, batch_id: str, camera_id: str = "front_door", *, recorded_at: datetime = T0,
-               close_reason: str = "window", labels: tuple[str, ...] = ("car",)) -> None:
+def _add_batch(
+    conn,
+    batch_id: str,
+    camera_id: str = "front_door",
+    *,
+    recorded_at: datetime = T0,
+    close_reason: str = "window",
+    labels: tuple[str, ...] = ("car",),
+) -> None:
     conn.execute(
         "INSERT INTO detection_batches (batch_id, camera_id, started_at, last_ts, closes_at, close_reason,"
         " detection_count, detection_ids, labels, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [batch_id, camera_id, T0, T0, T0 + timedelta(seconds=30), close_reason, 1, [f"{batch_id}-d1"],
-         list(labels), recorded_at],
+        [
+            batch_id,
+            camera_id,
+            T0,
+            T0,
+            T0 + timedelta(seconds=30),
+            close_reason,
+            1,
+            [f"{batch_id}-d1"],
+            list(labels),
+            recorded_at,
+        ],
     )
 
 
@@ -80,7 +134,9 @@ def test_migrate_is_idempotent(tmp_path: Path) -> None:
         second = schema.migrate(conn)
         assert first == second == schema.LATEST_VERSION
         assert _columns(conn) == tables_after_first
-        rows = conn.execute("SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY version").fetchall()
+        rows = conn.execute(
+            "SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY version"
+        ).fetchall()
         assert rows == [(version, 1) for version, _, _ in schema.MIGRATIONS]
     finally:
         conn.close()
@@ -90,7 +146,9 @@ def test_migrate_is_idempotent(tmp_path: Path) -> None:
             assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(schema.MIGRATIONS)
 
 
-def test_new_migration_is_applied_once_and_a_failing_one_rolls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_new_migration_is_applied_once_and_a_failing_one_rolls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     conn = duckdb.connect(str(tmp_path / "hsi.duckdb"))
     try:
         schema.migrate(conn)
@@ -124,9 +182,8 @@ def test_every_contract_table_and_column_exists(tmp_path: Path) -> None:
 
 def test_connect_creates_parent_directory_and_read_only_refuses_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "dir" / "hsi.duckdb"
-    with pytest.raises(FileNotFoundError, match="does not exist yet"):
-        with connect(path, read_only=True):
-            pass
+    with pytest.raises(FileNotFoundError, match="does not exist yet"), connect(path, read_only=True):
+        pass
     assert not path.exists()
     with connect(path) as conn:
         conn.execute("INSERT INTO quarantine VALUES ('f.jsonl', 1, 'x', 'reason', now())")
@@ -143,7 +200,8 @@ def test_save_context_replaces(tmp_path: Path) -> None:
         save_context(conn, "b1", json.dumps({"v": 2}), "minimal", ["clip", "pose"])
         save_context(conn, "b2", json.dumps({"v": 9}), "full", [])
         rows = conn.execute(
-            "SELECT batch_id, quality_level, missing_enrichment FROM enriched_contexts ORDER BY batch_id").fetchall()
+            "SELECT batch_id, quality_level, missing_enrichment FROM enriched_contexts ORDER BY batch_id"
+        ).fetchall()
         assert rows == [("b1", "minimal", ["clip", "pose"]), ("b2", "full", [])]
         assert json.loads(load_context_json(conn, "b1")) == {"v": 2}
         with pytest.raises(LookupError, match="no enriched context for batch nope"):
@@ -152,33 +210,66 @@ def test_save_context_replaces(tmp_path: Path) -> None:
 
 def test_save_prompt_replaces(tmp_path: Path) -> None:
     def save(conn, content: str, estimate: int, removed: list[str]) -> None:
-        save_prompt(conn, "b1", messages=[{"role": "user", "content": content}], tokens_estimate=estimate,
-                    tokens_before=estimate + 100, budget=14000, budget_source="server", utilization=estimate / 14000,
-                    sections_removed=removed, static_prefix_sha256="abc")
+        save_prompt(
+            conn,
+            "b1",
+            messages=[{"role": "user", "content": content}],
+            tokens_estimate=estimate,
+            tokens_before=estimate + 100,
+            budget=14000,
+            budget_source="server",
+            utilization=estimate / 14000,
+            sections_removed=removed,
+            static_prefix_sha256="abc",
+        )
 
     with connect(tmp_path / "hsi.duckdb") as conn:
         save(conn, "first", 1000, [])
         save(conn, "second ü", 2000, ["pose"])
         assert conn.execute("SELECT count(*) FROM budgeted_prompts").fetchone()[0] == 1
         prompt = load_prompt(conn, "b1")
-        assert prompt == {"messages": [{"role": "user", "content": "second ü"}], "prompt_tokens_estimate": 2000,
-                          "context_budget": 14000, "budget_source": "server",
-                          "context_utilization": pytest.approx(2000 / 14000), "sections_removed": ["pose"]}
+        assert prompt == {
+            "messages": [{"role": "user", "content": "second ü"}],
+            "prompt_tokens_estimate": 2000,
+            "context_budget": 14000,
+            "budget_source": "server",
+            "context_utilization": pytest.approx(2000 / 14000),
+            "sections_removed": ["pose"],
+        }
         with pytest.raises(LookupError, match="no budgeted prompt for batch b9"):
             load_prompt(conn, "b9")
 
 
 def test_save_assessment_replaces(tmp_path: Path) -> None:
     with connect(tmp_path / "hsi.duckdb") as conn:
-        save_assessment(conn, {"batch_id": "b1", "camera_id": "front_door", "status": "invalid_output",
-                               "raw_output": "not json", "assessment": None})
-        save_assessment(conn, {"batch_id": "b1", "camera_id": "front_door", "status": "ok", "risk_score": 72,
-                               "risk_level": "high", "summary": "person at night", "assessment": {"risk_score": 72},
-                               "sections_removed": ["clip"]})
+        save_assessment(
+            conn,
+            {
+                "batch_id": "b1",
+                "camera_id": "front_door",
+                "status": "invalid_output",
+                "raw_output": "not json",
+                "assessment": None,
+            },
+        )
+        save_assessment(
+            conn,
+            {
+                "batch_id": "b1",
+                "camera_id": "front_door",
+                "status": "ok",
+                "risk_score": 72,
+                "risk_level": "high",
+                "summary": "person at night",
+                "assessment": {"risk_score": 72},
+                "sections_removed": ["clip"],
+            },
+        )
         assert count_assessments(conn, "b1") == 1
         row = conn.execute(
             "SELECT status, risk_score, risk_level, raw_output, assessment, sections_removed, assessed_at"
-            " FROM risk_assessments").fetchone()
+            " FROM risk_assessments"
+        ).fetchone()
         assert row[:4] == ("ok", 72, "high", None)  # nothing of the replaced row survives
         assert json.loads(row[4]) == {"risk_score": 72}
         assert row[5] == ["clip"]
@@ -261,7 +352,9 @@ def test_two_processes_write_one_file_without_losing_writes(tmp_path: Path) -> N
     # the processes really competed for the file (else this test would prove nothing about the lock wait)
     assert sum(conflicts for _, _, conflicts in outcomes) > 0
     with connect(path, read_only=True) as conn:
-        per_process = dict(conn.execute("SELECT source, count(DISTINCT line_no) FROM quarantine GROUP BY source").fetchall())
+        per_process = dict(
+            conn.execute("SELECT source, count(DISTINCT line_no) FROM quarantine GROUP BY source").fetchall()
+        )
         counter = conn.execute("SELECT n FROM counter").fetchone()[0]
     assert per_process == {"proc_a": TRANSACTIONS_PER_PROCESS, "proc_b": TRANSACTIONS_PER_PROCESS}
     assert counter == 2 * TRANSACTIONS_PER_PROCESS  # no read-modify-write was lost

@@ -45,9 +45,7 @@ def _value_for(spec: dict) -> Any:
         return spec["const"]
     if spec.get("enum"):
         return spec["enum"][0]
-    return {"string": "x", "integer": 1, "number": 0.5, "boolean": True, "array": [], "object": {}}.get(
-        spec.get("type"), None
-    )
+    return {"string": "x", "integer": 1, "number": 0.5, "boolean": True, "array": [], "object": {}}.get(spec.get("type"))
 
 
 @dataclass
@@ -85,7 +83,7 @@ class FakeLlama:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "FakeLlama":
+    def start(self) -> FakeLlama:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -173,7 +171,9 @@ class FakeLlama:
             else:
                 content = json.dumps({k: _value_for(v) for k, v in (schema.get("properties") or {}).items()})
             return {
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                ],
                 "model": "fake.gguf",
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 0}},
                 "timings": {"prompt_n": 10, "predicted_n": 5},

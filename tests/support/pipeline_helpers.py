@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 
 
-def detection(detection_id: str, camera_id: str, ts: datetime, label: str = "car", confidence: float = 0.6, **extra) -> str:
-    record = {"detection_id": detection_id, "camera_id": camera_id,
-              "ts": ts.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"), "label": label, "confidence": confidence}
+def detection(
+    detection_id: str, camera_id: str, ts: datetime, label: str = "car", confidence: float = 0.6, **extra
+) -> str:
+    record = {
+        "detection_id": detection_id,
+        "camera_id": camera_id,
+        "ts": ts.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "label": label,
+        "confidence": confidence,
+    }
     record.update(extra)
     return json.dumps(record)
 
@@ -23,8 +30,16 @@ def closed_windows(camera_ids: list[str], per_camera: int, *, start: datetime, g
     for camera in camera_ids:
         for n in range(per_camera):
             t0 = start + timedelta(seconds=n * (5 + gap_s))
-            lines.append(detection(f"{camera}-{n}-a", camera, t0, "car", 0.7,
-                                   enrichment={"florence": {"caption": f"a car on the {camera} driveway"}}))
+            lines.append(
+                detection(
+                    f"{camera}-{n}-a",
+                    camera,
+                    t0,
+                    "car",
+                    0.7,
+                    enrichment={"florence": {"caption": f"a car on the {camera} driveway"}},
+                )
+            )
             lines.append(detection(f"{camera}-{n}-b", camera, t0 + timedelta(seconds=5), "car", 0.8))
     return lines
 
@@ -32,31 +47,43 @@ def closed_windows(camera_ids: list[str], per_camera: int, *, start: datetime, g
 def resources(db_path: str, llm_url: str = "http://127.0.0.1:9", **settings_overrides: str) -> dict:
     return {
         "duckdb": HsiDuckDBResource(database=db_path),
-        "llm": LlamaServerResource(base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=5, max_output_tokens=256),
+        "llm": LlamaServerResource(
+            base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=5, max_output_tokens=256
+        ),
         "enrichment": EnrichmentResource(),
-        "pipeline_settings": PipelineSettingsResource(overrides={
-            "NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256", "CTX_SIZE": "8192",
-            **settings_overrides,
-        }),
+        "pipeline_settings": PipelineSettingsResource(
+            overrides={
+                "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
+                "PROMPT_SAFETY_MARGIN_TOKENS": "256",
+                "CTX_SIZE": "8192",
+                **settings_overrides,
+            }
+        ),
     }
 
 
 def hours_ago(hours: float) -> datetime:
-    return datetime.now(timezone.utc) - timedelta(hours=hours)
+    return datetime.now(UTC) - timedelta(hours=hours)
 
 
 def test_definitions(res: dict) -> dg.Definitions:
     """The project's assets, jobs and sensors bound to test resources (temp DuckDB file, test server)."""
     from hsi_dagster import definitions
 
-    return dg.Definitions(assets=definitions.defs.assets, jobs=definitions.defs.jobs, sensors=definitions.defs.sensors,
-                          schedules=definitions.defs.schedules, resources=res)
+    return dg.Definitions(
+        assets=definitions.defs.assets,
+        jobs=definitions.defs.jobs,
+        sensors=definitions.defs.sensors,
+        schedules=definitions.defs.schedules,
+        resources=res,
+    )
 
 
 def sensor_tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, res: dict, cursor: str | None):
     """Evaluate one tick and apply its partition requests to the instance, as the daemon would."""
-    with dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=cursor, resources=res,
-                                 definitions=test_definitions(res)) as context:
+    with dg.build_sensor_context(
+        instance_ref=instance.get_ref(), cursor=cursor, resources=res, definitions=test_definitions(res)
+    ) as context:
         result = sensor.evaluate_tick(context)
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
