@@ -1,0 +1,336 @@
+"""Frigate input into DuckDB: recorded or live payloads -> contract detections through the ingest path.
+
+`load_frigate_messages` maps each payload with `core.frigate` (the state policy, bbox normalisation, identities,
+captions), validates the records with the contract's validator and loads them with `ingest_numbered_lines`: the
+same quarantine (the original payload, its line number, a reason naming the Frigate field) and the same
+idempotency by detection_id. Payloads that are no detection (false positives, unchanged updates, reviews) are
+counted, not stored. The last state of each tracked object is kept in `frigate_tracks` for the GenAI
+descriptions that arrive after it.
+
+Line numbers: a file's line (JSON Lines) or item (a JSON array as `/api/events` returns it); for a live source
+(an MQTT broker, a Frigate server) the message's number on that source, reserved in `frigate_sources` before the
+write, so numbers never repeat across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from hsi_dagster.core.detections import Rejection, truncate_raw
+from hsi_dagster.core.frigate import (
+    SKIP_FALSE_POSITIVE,
+    SKIP_NOT_A_DETECTION,
+    SKIP_UNCHANGED,
+    Invalid,
+    Outcome,
+    Resolution,
+    Skip,
+    Track,
+    map_api_event,
+    map_description,
+    map_event,
+    payload_kind,
+    split_topic,
+    to_detection,
+    track_from_event,
+)
+from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.ingest import IngestError, ingest_numbered_lines
+
+MAX_PAYLOAD_BYTES = 256 * 1024  # one MQTT payload or API item; Frigate's are a few KiB (path_data grows them)
+
+
+@dataclass(frozen=True)
+class FrigateMessage:
+    """One payload to map: its line (or item, or message) number, its raw text and, when known, its MQTT topic."""
+
+    line_no: int
+    raw: str | bytes
+    topic: str | None = None
+
+
+@dataclass
+class FrigateReport:
+    """What one file, or one batch of live messages, contributed."""
+
+    source: str
+    messages: int = 0
+    detections: int = 0  # loaded now
+    duplicates: int = 0  # mapped to a detection already stored (a redelivery, a re-import)
+    false_positives: int = 0
+    unchanged: int = 0  # periodic updates of an unchanged object (state policy)
+    ignored: int = 0  # reviews, non-description object updates, other topics
+    quarantined: int = 0
+
+    def add(self, other: FrigateReport) -> None:
+        for name in ("messages", "detections", "duplicates", "false_positives", "unchanged", "ignored", "quarantined"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def summary(self) -> str:
+        return (
+            f"{self.source}: {self.messages} payloads, {self.detections} detections loaded, "
+            f"{self.duplicates} already stored, {self.unchanged} unchanged updates skipped, "
+            f"{self.false_positives} false positives skipped, {self.ignored} not detections, "
+            f"{self.quarantined} quarantined"
+        )
+
+
+_SKIP_COUNTERS = {SKIP_FALSE_POSITIVE: "false_positives", SKIP_UNCHANGED: "unchanged", SKIP_NOT_A_DETECTION: "ignored"}
+
+
+# ------------------------------------------------------------------------------------------------ tracks
+def _stored_tracks(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, Track]:
+    if not ids:
+        return {}
+    rows = conn.execute(
+        "SELECT track_id, camera_id, label, confidence, last_seen FROM frigate_tracks "
+        "WHERE list_contains($ids, track_id)",
+        {"ids": list(ids)},
+    ).fetchall()
+    return {row[0]: Track(*row) for row in rows}
+
+
+def _save_tracks(conn: duckdb.DuckDBPyConnection, tracks: Iterable[Track]) -> None:
+    """Upsert, keeping the latest state (idempotent: replaying older payloads changes nothing)."""
+    rows = [(t.track_id, t.camera_id, t.label, t.confidence, t.last_seen) for t in tracks]
+    if rows:
+        conn.executemany(
+            """INSERT INTO frigate_tracks (track_id, camera_id, label, confidence, last_seen) VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (track_id) DO UPDATE SET camera_id = excluded.camera_id, label = excluded.label,
+                   confidence = excluded.confidence, last_seen = excluded.last_seen
+               WHERE excluded.last_seen > frigate_tracks.last_seen""",
+            rows,
+        )
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def _decode(message: FrigateMessage) -> tuple[str | None, Any] | str:
+    """(topic, parsed payload), or the reason it cannot be read."""
+    raw = message.raw
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        return f"payload: longer than {MAX_PAYLOAD_BYTES} bytes ({len(raw)})"
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"payload: not valid UTF-8 (byte {exc.start}: {exc.reason})"
+    else:
+        text = raw
+    topic, body = (message.topic, text) if message.topic is not None else split_topic(text)
+    try:
+        return topic, json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return f"payload: not valid JSON ({exc})"
+
+
+def load_frigate_messages(
+    conn: duckdb.DuckDBPyConnection,
+    messages: Sequence[FrigateMessage],
+    *,
+    source: str,
+    resolutions: Mapping[str, Resolution],
+) -> FrigateReport:
+    """Map, validate and load a batch of payloads in order (a description may follow its events in the batch)."""
+    report = FrigateReport(source, messages=len(messages))
+    decoded = [_decode(message) for message in messages]
+    wanted = sorted(
+        {
+            str(payload.get("id"))
+            for item in decoded
+            if isinstance(item, tuple)
+            and isinstance(payload := item[1], dict)
+            and payload_kind(payload, item[0]) == "tracked_object_update"
+        }
+    )
+    tracks = _stored_tracks(conn, wanted)
+    changed: dict[str, Track] = {}
+    lines: list[tuple[int, str]] = []
+    rejects: list[Rejection] = []
+    for message, item in zip(messages, decoded, strict=True):
+        if isinstance(item, str):
+            rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), item))
+            continue
+        topic, payload = item
+        kind = payload_kind(payload, topic)
+        outcome: Outcome
+        if kind == "events":
+            track = track_from_event(payload)
+            if track is not None and payload["after"].get("false_positive") is not True:
+                known = tracks.get(track.track_id)
+                if known is None or track.last_seen >= known.last_seen:
+                    tracks[track.track_id] = changed[track.track_id] = track
+            outcome = map_event(payload, resolutions)
+        elif kind == "tracked_object_update":
+            object_id = payload.get("id") if isinstance(payload, dict) else None
+            outcome = map_description(payload, tracks.get(str(object_id)))
+        elif kind == "api_event":
+            outcome = map_api_event(payload)
+        else:
+            outcome = Skip(SKIP_NOT_A_DETECTION)
+        if isinstance(outcome, Skip):
+            counter = _SKIP_COUNTERS[outcome.reason]
+            setattr(report, counter, getattr(report, counter) + 1)
+        elif isinstance(outcome, Invalid):
+            rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), outcome.reason))
+        else:
+            checked = to_detection(outcome, message.raw, source=source, line_no=message.line_no)
+            if isinstance(checked, Rejection):
+                rejects.append(checked)
+            else:
+                lines.append((message.line_no, checked[0]))
+    loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects)
+    _save_tracks(conn, changed.values())
+    report.detections = loaded.loaded
+    report.duplicates = loaded.duplicates
+    report.quarantined = loaded.quarantined
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ live sources
+def reserve_line_numbers(conn: duckdb.DuckDBPyConnection, source: str, count: int) -> int:
+    """The first of `count` fresh message numbers of a live source (committed before the write that uses them:
+    a crash in between leaves a gap, never a repeat)."""
+    row = conn.execute(
+        """INSERT INTO frigate_sources (source, messages, detections, duplicates, false_positives, unchanged, ignored,
+                                        quarantined, updated_at)
+           VALUES ($source, $count, 0, 0, 0, 0, 0, 0, now())
+           ON CONFLICT (source) DO UPDATE SET messages = frigate_sources.messages + excluded.messages,
+               updated_at = excluded.updated_at
+           RETURNING messages""",
+        {"source": source, "count": count},
+    ).fetchone()
+    assert row is not None
+    return int(row[0]) - count + 1
+
+
+def record_source_tallies(conn: duckdb.DuckDBPyConnection, report: FrigateReport) -> None:
+    """Add a batch's tallies to its live source's totals (`hsi frigate` and the sensor report them)."""
+    conn.execute(
+        """UPDATE frigate_sources SET detections = detections + $detections, duplicates = duplicates + $duplicates,
+               false_positives = false_positives + $false_positives, unchanged = unchanged + $unchanged,
+               ignored = ignored + $ignored, quarantined = quarantined + $quarantined, updated_at = now()
+           WHERE source = $source""",
+        {
+            "source": report.source,
+            "detections": report.detections,
+            "duplicates": report.duplicates,
+            "false_positives": report.false_positives,
+            "unchanged": report.unchanged,
+            "ignored": report.ignored,
+            "quarantined": report.quarantined,
+        },
+    )
+
+
+def source_tallies(conn: duckdb.DuckDBPyConnection, source: str) -> dict[str, Any] | None:
+    """A live source's totals (None before its first message)."""
+    cursor = conn.execute("SELECT * FROM frigate_sources WHERE source = ?", [source])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return dict(zip([d[0] for d in cursor.description], row, strict=True))
+
+
+def load_live_messages(
+    db: str | os.PathLike[str],
+    payloads: Sequence[tuple[str | None, str | bytes]],
+    *,
+    source: str,
+    resolutions: Mapping[str, Resolution],
+) -> FrigateReport:
+    """One bounded batch from a live source, in one short connection: number, map, load, tally."""
+    with connect(Path(db)) as conn:
+        first = reserve_line_numbers(conn, source, len(payloads))
+        messages = [FrigateMessage(first + i, raw, topic) for i, (topic, raw) in enumerate(payloads)]
+        report = load_frigate_messages(conn, messages, source=source, resolutions=resolutions)
+        record_source_tallies(conn, report)
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ files
+def _array_items(text: str, start: int) -> Iterator[tuple[int, str]]:
+    """(item number, item text) of a JSON array, read item by item so a broken item is named by its number; an
+    unreadable rest is yielded once as an item that fails to parse."""
+    decoder = json.JSONDecoder()
+    index, number = start + 1, 0
+    length = len(text)
+    while True:
+        while index < length and text[index] in " \t\r\n":
+            index += 1
+        if index < length and text[index] == "]":
+            return
+        number += 1
+        try:
+            _, end = decoder.raw_decode(text, index)
+        except ValueError:
+            yield number, text[index:]
+            return
+        yield number, text[index:end]
+        index = end
+        while index < length and text[index] in " \t\r\n":
+            index += 1
+        if index < length and text[index] == ",":
+            index += 1
+        elif index < length and text[index] == "]":
+            return
+        else:
+            number += 1
+            yield number, text[index:] or "<end of file: the array is not closed>"
+            return
+
+
+def read_frigate_file(path: Path) -> list[FrigateMessage]:
+    """A JSON array (`/api/events` answer; numbered by item) or JSON Lines of MQTT payloads, optionally
+    `topic payload` lines as `mosquitto_sub -v` prints them (numbered by line; blank lines skipped)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = raw.decode("utf-8", errors="surrogateescape").lstrip("\ufeff")
+    stripped = len(text) - len(text.lstrip())
+    if text[stripped : stripped + 1] == "[":
+        return [
+            FrigateMessage(number, item.encode("utf-8", "surrogateescape"))
+            for number, item in _array_items(text, stripped)
+        ]
+    return [
+        FrigateMessage(number, line.encode("utf-8", "surrogateescape"))
+        for number, line in enumerate(text.split("\n"), start=1)
+        if line.strip()
+    ]
+
+
+@dataclass
+class FrigateImport:
+    files: list[FrigateReport] = field(default_factory=list)
+
+    def summary(self) -> str:
+        total = FrigateReport("total")
+        for report in self.files:
+            total.add(report)
+        return "\n".join([report.summary() for report in self.files] + [total.summary()])
+
+
+def import_frigate_files(
+    db: str | os.PathLike[str], paths: Iterable[str | os.PathLike[str]], *, resolutions: Mapping[str, Resolution]
+) -> FrigateImport:
+    """Load recorded Frigate files; importing a file again changes nothing (ids and line numbers are its own)."""
+    resolved = [Path(p).resolve() for p in paths]
+    for path in resolved:
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise IngestError(
+                f"cannot read {path}: {'not a readable regular file' if path.exists() else 'no such file'}"
+            )
+    result = FrigateImport()
+    with connect(Path(db)) as conn:
+        for path in resolved:
+            messages = read_frigate_file(path)
+            result.files.append(load_frigate_messages(conn, messages, source=str(path), resolutions=resolutions))
+    return result

@@ -1,0 +1,30 @@
+"""Frigate's own `config.yml` (or `config.json`) read from disk for the cameras' detect resolutions.
+
+The structure is interpreted by `core.frigate.detect_resolutions`; this module only reads and parses the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from hsi_dagster.core.frigate import DetectResolutions, FrigateConfigError, detect_resolutions
+
+
+def load_detect_resolutions(path: str | os.PathLike[str]) -> DetectResolutions:
+    """Detect resolutions per camera from a Frigate config file; FrigateConfigError names the file and the key."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FrigateConfigError(f"cannot read the Frigate config {file}: {exc}") from None
+    try:
+        parsed = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise FrigateConfigError(
+            f"the Frigate config {file} is not valid {file.suffix.lstrip('.') or 'YAML'}: {exc}"
+        ) from None
+    return detect_resolutions(parsed, origin=str(file))
