@@ -11,7 +11,8 @@ from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
-from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.batches import batch_ids_closed_before
+from hsi_dagster.storage.db import DatabaseNotFound
 
 # One run per batch. Steps mostly wait on HTTP, so they run in the run's own process: a subprocess per step would
 # add seconds per batch (see the README's overhead figures).
@@ -36,17 +37,19 @@ def prune_batch_partitions(
 ) -> int:
     settings = pipeline_settings.get()
     cutoff = datetime.now(UTC) - timedelta(days=settings.PARTITION_RETENTION_DAYS)
-    with connect(duckdb.database, read_only=True) as conn:
-        old = {
-            row[0]
-            for row in conn.execute("SELECT batch_id FROM detection_batches WHERE closes_at < ?", [cutoff]).fetchall()
-        }
+    try:
+        with duckdb.get_connection(read_only=True) as conn:
+            old = batch_ids_closed_before(conn, cutoff)
+    except DatabaseNotFound as exc:
+        context.log.info(f"nothing to prune: {exc}")
+        return 0
     existing = set(context.instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
     doomed = sorted(old & existing)
     for key in doomed:
         context.instance.delete_dynamic_partition(BATCH_PARTITIONS_NAME, key)
     context.log.info(
-        f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; {len(existing) - len(doomed)} remain"
+        f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; "
+        f"{len(existing) - len(doomed)} remain"
     )
     return len(doomed)
 

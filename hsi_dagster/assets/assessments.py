@@ -10,6 +10,7 @@ from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment, level_for_sc
 from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.storage.batches import batch_camera_id
 from hsi_dagster.storage.pipeline_tables import count_assessments, load_prompt, save_assessment
 
 SCHEMA_VALID = "output_matches_schema"
@@ -85,9 +86,9 @@ def risk_assessments(
     """Risk score 0-100, level, summary and reasoning from llama-server; at most PARALLEL of these steps run at once."""
     settings = pipeline_settings.get()
     batch_id = context.partition_key
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         prompt = load_prompt(conn, batch_id)
-        camera_id = conn.execute("SELECT camera_id FROM detection_batches WHERE batch_id = ?", [batch_id]).fetchone()[0]
+        camera_id = batch_camera_id(conn, batch_id)
     messages = prompt["messages"]
     prompt_hash = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     base_row = {
@@ -106,7 +107,7 @@ def risk_assessments(
             description=f"batch {batch_id}: {exc}", allow_retries=not isinstance(exc, SchemaNotEnforced)
         ) from exc
     except LlamaRequestRejected as exc:
-        with duckdb.connection() as conn:
+        with duckdb.get_connection() as conn:
             save_assessment(conn, {**base_row, "status": "llm_rejected", "error": str(exc)})
         raise dg.Failure(
             description=f"batch {batch_id}: the server rejected the prompt: {exc}", allow_retries=False
@@ -123,7 +124,7 @@ def risk_assessments(
         "context_utilization": calls[0].usage.prompt_tokens / prompt["context_budget"],
         "latency_ms": sum(call.latency_ms for call in calls),
     }
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         save_assessment(conn, row)
         rows_for_batch = count_assessments(conn, batch_id)
     if fields["status"] != "ok":

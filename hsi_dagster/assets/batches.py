@@ -22,7 +22,7 @@ def detection_batches(
 ) -> dg.MaterializeResult:
     """A camera's detections grouped into one closed window (contract section 2); assigns them to the batch."""
     rules = BatchRules.from_settings(pipeline_settings.get())
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         batch = record_batch(conn, context.partition_key, rules, datetime.now(UTC))
     return dg.MaterializeResult(
         metadata={

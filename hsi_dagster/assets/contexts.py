@@ -25,7 +25,7 @@ def enriched_contexts(
 ) -> dg.MaterializeResult:
     """Detections summary, scene and one section per enrichment type; types late past the time limit are listed."""
     settings = pipeline_settings.get()
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         batch, batch_detections = load_batch(conn, context.partition_key)
     types = QUALITY_LEVEL_TYPES[settings.ENRICHMENT_QUALITY_LEVEL]
     fetched = enrichment.fetch(batch, batch_detections, types)
@@ -42,7 +42,7 @@ def enriched_contexts(
         fast_path_labels=settings.FAST_PATH_LABELS,
         fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
     )
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         save_context(
             conn,
             context.partition_key,

@@ -19,7 +19,8 @@ def detections(
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.MaterializeResult:
     """Detections from camera object detectors (contract section 1); each record loaded once or quarantined."""
-    report = ingest_files(duckdb.database, config.paths, settings=pipeline_settings.get(), skip_already_ingested=True)
+    with duckdb.get_connection() as conn:
+        report = ingest_files(conn, config.paths, settings=pipeline_settings.get(), skip_already_ingested=True)
     context.log.info(report.summary())
     return dg.MaterializeResult(
         metadata={

@@ -50,7 +50,7 @@ def budgeted_prompts(
     """Static instructions first (byte-identical, so the server's prompt cache reuses them), then the batch's sections;
     over budget, whole sections go in a fixed order."""
     settings = pipeline_settings.get()
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
     live_slot = llm.live_slot_context()
     slot_context, source = (
@@ -71,7 +71,7 @@ def budgeted_prompts(
     if fitted.warning:
         context.log.warning(fitted.warning)
     prefix_hash = hashlib.sha256(fitted.static_prefix.encode()).hexdigest()
-    with duckdb.connection() as conn:
+    with duckdb.get_connection() as conn:
         save_prompt(
             conn,
             context.partition_key,

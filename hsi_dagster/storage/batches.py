@@ -74,6 +74,7 @@ def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[st
             us,
             columns["label"].tolist(),
             columns["confidence"].tolist(),
+            strict=True,
         )
     ]
 
@@ -104,13 +105,27 @@ def _batch_from_row(row: dict[str, Any]) -> Batch:
 
 
 def _rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    names = [d[0] for d in cursor.description]  # type: ignore[union-attr]
-    return [dict(zip(names, values)) for values in cursor.fetchall()]
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
 
 def _stored_row(conn: duckdb.DuckDBPyConnection, batch_id: str) -> dict[str, Any] | None:
     rows = _rows(conn.execute("SELECT * FROM detection_batches WHERE batch_id = ?", [batch_id]))
     return rows[0] if rows else None
+
+
+def batch_camera_id(conn: duckdb.DuckDBPyConnection, batch_id: str) -> str:
+    """The camera of a recorded batch; BatchNotFound if it is not recorded."""
+    row = conn.execute("SELECT camera_id FROM detection_batches WHERE batch_id = ?", [batch_id]).fetchone()
+    if row is None:
+        raise BatchNotFound(f"batch {batch_id} is not recorded (record it first; see record_batch)")
+    return row[0]
+
+
+def batch_ids_closed_before(conn: duckdb.DuckDBPyConnection, cutoff: datetime) -> set[str]:
+    """Ids of recorded batches whose window closed before `cutoff` (the retention job's candidates)."""
+    rows = conn.execute("SELECT batch_id FROM detection_batches WHERE closes_at < ?", [_utc(cutoff)]).fetchall()
+    return {batch_id for (batch_id,) in rows}
 
 
 def stored_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Batch | None:
@@ -132,12 +147,13 @@ def _find_pending(conn: duckdb.DuckDBPyConnection, batch_id: str, rules: BatchRu
         if batch.batch_id == batch_id:
             if not batch.closed(as_of):
                 raise BatchNotClosed(
-                    f"batch {batch_id} is still open as of {as_of.isoformat()} (it closes at {batch.closes_at.isoformat()} "
-                    "unless a later detection opens the next batch)"
+                    f"batch {batch_id} is still open as of {as_of.isoformat()} "
+                    f"(it closes at {batch.closes_at.isoformat()} unless a later detection opens the next batch)"
                 )
             return batch
     raise BatchNotFound(
-        f"batch {batch_id} not found: it is not recorded and the unrecorded detections do not form it as of {as_of.isoformat()}"
+        f"batch {batch_id} not found: it is not recorded and the unrecorded detections do not form it "
+        f"as of {as_of.isoformat()}"
     )
 
 
@@ -267,8 +283,9 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
     detections = _rows(
         conn.execute(
             # camera and time range first: zone maps skip most of a large table
-            """SELECT * FROM detections WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id = $batch_id
-           ORDER BY ts, detection_id""",
+            """SELECT * FROM detections
+               WHERE camera_id = $camera AND ts BETWEEN $first AND $last AND batch_id = $batch_id
+               ORDER BY ts, detection_id""",
             {"camera": row["camera_id"], "first": row["started_at"], "last": row["last_ts"], "batch_id": batch_id},
         )
     )

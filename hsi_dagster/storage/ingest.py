@@ -29,7 +29,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -362,7 +362,7 @@ def _open_binary(path: Path) -> Iterator[BinaryIO]:
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
                 yield unzipped  # type: ignore[misc]
         else:
-            yield raw  # type: ignore[misc]
+            yield raw
 
 
 @dataclass
@@ -465,10 +465,8 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
         except _Stopped:
             pass
         except BaseException as exc:  # handed to the consumer, which raises it
-            try:
+            with suppress(_Stopped):
                 put(("error", exc))
-            except _Stopped:
-                pass
 
     reader = threading.Thread(target=produce, name="hsi-ingest-reader", daemon=True)
     reader.start()
@@ -544,7 +542,7 @@ def _check_readable(path: Path) -> os.stat_result:
 
 
 def ingest_files(
-    db_path: str | os.PathLike[str] | None,
+    db: str | os.PathLike[str] | duckdb.DuckDBPyConnection | None,
     paths: Iterable[str | os.PathLike[str]],
     *,
     settings: Any = None,
@@ -553,23 +551,24 @@ def ingest_files(
 ) -> IngestReport:
     """Validate and load JSONL (or .jsonl.gz) files; bad records are quarantined, never fatal.
 
-    `db_path` None means `settings.HSI_DUCKDB_PATH`. All paths are checked first, so a missing or unreadable
-    one raises IngestError before anything is loaded; a file that turns out corrupt midway (bad gzip) raises
-    IngestError naming it, with its earlier chunks kept (re-ingesting is idempotent). Each file is recorded in
-    `ingested_files`; with `skip_already_ingested` an unchanged file (same size and mtime) is skipped.
+    `db` is a path, a migrated read-write connection (a Dagster step's), or None for `settings.HSI_DUCKDB_PATH`.
+    All paths are checked first, so a missing or unreadable one raises IngestError before anything is loaded; a
+    file that turns out corrupt midway (bad gzip) raises IngestError naming it, with its earlier chunks kept
+    (re-ingesting is idempotent). Each file is recorded in `ingested_files`; with `skip_already_ingested` an
+    unchanged file (same size and mtime) is skipped.
     """
     started = time.perf_counter()
-    if db_path is None:
+    if db is None:
         if settings is None:
             from hsi_dagster.settings import load_settings
 
             settings = load_settings()
-        db_path = settings.HSI_DUCKDB_PATH
+        db = settings.HSI_DUCKDB_PATH
     resolved = [Path(p).resolve() for p in paths]
     stats = [_check_readable(p) for p in resolved]
     report = IngestReport()
-    with connect(db_path) as conn, _unordered(conn):
-        for path, stat in zip(resolved, stats):
+    with _connection(db) as conn, _unordered(conn):
+        for path, stat in zip(resolved, stats, strict=True):
             source = str(path)
             if skip_already_ingested and already_ingested(conn, path, stat.st_size, stat.st_mtime_ns):
                 report.files.append(FileReport(source, skipped=True))
@@ -626,10 +625,38 @@ def ingest_lines(
         loader.flush()
         return loader.report
 
-    if isinstance(db, duckdb.DuckDBPyConnection):
-        with _unordered(db):
-            file_report = run(db)
-    else:
-        with connect(db) as conn, _unordered(conn):
-            file_report = run(conn)
+    with _connection(db) as conn, _unordered(conn):
+        file_report = run(conn)
     return IngestReport([file_report], time.perf_counter() - started)
+
+
+@contextmanager
+def _connection(db: str | os.PathLike[str] | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The caller's connection (left open), or a migrated one opened on the path for this call."""
+    if isinstance(db, duckdb.DuckDBPyConnection):
+        yield db
+    else:
+        with connect(db) as conn:
+            yield conn
+
+
+def ingest_numbered_lines(
+    conn: duckdb.DuckDBPyConnection,
+    lines: Iterable[tuple[int, str | bytes]],
+    *,
+    source: str,
+    rejects: Iterable[Rejection] = (),
+) -> FileReport:
+    """Validate and load lines that keep their own numbers (an adapter's input lines, e.g. Frigate payloads mapped
+    to contract records), with the rules of `ingest_lines`; `rejects` are the adapter's own refusals, quarantined
+    in the same transaction."""
+    loader = _Loader(conn, source, datetime.now(UTC))
+    for rejection in rejects:
+        loader.reject_now(rejection)
+    numbered = [(no, line.encode("utf-8") if isinstance(line, str) else bytes(line)) for no, line in lines]
+    with _unordered(conn):
+        if numbered:
+            line_nos = np.array([no for no, _ in numbered], dtype=np.int64)
+            loader.load_chunk(check_chunk(line_nos, [raw for _, raw in numbered], source))
+        loader.flush()
+    return loader.report

@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from hsi_dagster.storage import schema
-from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.db import DatabaseNotFound, connect
 from hsi_dagster.storage.pipeline_tables import (
     count_assessments,
     load_context_json,
@@ -182,7 +182,7 @@ def test_every_contract_table_and_column_exists(tmp_path: Path) -> None:
 
 def test_connect_creates_parent_directory_and_read_only_refuses_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nested" / "dir" / "hsi.duckdb"
-    with pytest.raises(FileNotFoundError, match="does not exist yet"), connect(path, read_only=True):
+    with pytest.raises(DatabaseNotFound, match="no database at .* yet"), connect(path, read_only=True):
         pass
     assert not path.exists()
     with connect(path) as conn:
@@ -193,7 +193,7 @@ def test_connect_creates_parent_directory_and_read_only_refuses_missing_file(tmp
             conn.execute("INSERT INTO quarantine VALUES ('f.jsonl', 2, 'x', 'reason', now())")
 
 
-# ------------------------------------------------------------------------------------------------ replace, not duplicate
+# ------------------------------------------------------------------------------------- replace, not duplicate
 def test_save_context_replaces(tmp_path: Path) -> None:
     with connect(tmp_path / "hsi.duckdb") as conn:
         save_context(conn, "b1", json.dumps({"v": 1}), "full", [])
