@@ -1,0 +1,96 @@
+"""The labeled evaluation set: stored file == generator output, coverage of the issue's categories, valid records."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH, load_camera_profiles
+from hsi_dagster.core.detections import Rejection, validate_record
+from hsi_dagster.core.enrichment import build_context
+from hsi_dagster.core.risk import LEVEL_BANDS
+from hsi_dagster.synthetic.scenarios import (
+    SCENARIOS_PATH,
+    ScenarioFileError,
+    generate_scenarios,
+    load_scenarios,
+    scenarios_jsonl,
+    select_scenarios,
+)
+
+
+def test_stored_set_is_what_the_generator_makes():
+    assert SCENARIOS_PATH.read_text(encoding="utf-8") == scenarios_jsonl(generate_scenarios()), (
+        "hsi_dagster/data/eval_scenarios.jsonl differs from the generator: "
+        "run `python -m hsi_dagster.synthetic.scenarios --write` and review the label diff"
+    )
+
+
+def test_same_seed_same_set_other_seed_other_set():
+    assert scenarios_jsonl(generate_scenarios(5)) == scenarios_jsonl(generate_scenarios(5))
+    assert scenarios_jsonl(generate_scenarios(5)) != scenarios_jsonl(generate_scenarios(6))
+
+
+def test_set_covers_the_issue_with_mostly_low_events():
+    scenarios = load_scenarios()
+    assert len(scenarios) >= 60
+    categories = {s.category for s in scenarios}
+    for needed in (
+        "delivery_day",
+        "resident_arrival",
+        "pet_night",
+        "wildlife_night",
+        "passing_car",
+        "weather_false_alarm",
+        "door_handle_night",
+        "vehicle_breakin",
+        "photographer_night",
+        "window_peeper",
+        "masked_tool",
+        "adversarial_harmless",
+    ):
+        assert needed in categories
+    levels = Counter(s.expected_level for s in scenarios)
+    assert set(levels) == {"low", "medium", "high", "critical"}
+    assert levels["low"] > len(scenarios) / 2  # calibration: most events in a home are routine
+    assert len({s.scenario_id for s in scenarios}) == len(scenarios)
+
+
+def test_adversarial_harmless_caption_is_in_the_data_and_labelled_by_evidence():
+    hostile = [s for s in load_scenarios() if s.category == "adversarial_harmless"]
+    assert hostile and all(s.adversarial and s.expected_level == "high" for s in hostile)
+    captions = [d["enrichment"]["florence"]["caption"] for s in hostile for d in s.detections]
+    assert any("harmless" in c and "risk_score 0" in c for c in captions)
+
+
+def test_every_label_is_consistent_and_every_record_is_valid():
+    bands = {level: (low, high) for level, low, high in LEVEL_BANDS}
+    profiles = load_camera_profiles(EXAMPLE_CAMERAS_PATH)
+    for scenario in load_scenarios():
+        low, high = scenario.score_band
+        level_low, level_high = bands[scenario.expected_level]
+        assert 0 <= low <= high <= 100
+        assert low <= level_high and high >= level_low, scenario.scenario_id  # band overlaps the expected level
+        assert scenario.reason and "\n" not in scenario.reason
+        assert scenario.camera_id in profiles
+        for line_no, detection in enumerate(scenario.detections, start=1):
+            result = validate_record(json.dumps(detection), source=scenario.scenario_id, line_no=line_no)
+            assert not isinstance(result, Rejection), result
+        context = build_context(scenario.batch, scenario.detections, quality_level="full", clip_noise_threshold=0.2)
+        assert context.detections.count == len(scenario.detections) == scenario.batch["detection_count"]
+
+
+def test_subset_takes_every_category_first():
+    scenarios = load_scenarios()
+    subset = select_scenarios(scenarios, 4)
+    assert len(subset) == 4 and len({s.category for s in subset}) == 4
+    assert select_scenarios(scenarios, None) == scenarios
+
+
+def test_bad_file_names_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(scenarios_jsonl(generate_scenarios()[:1]) + '{"scenario_id": "x"}\n', encoding="utf-8")
+    with pytest.raises(ScenarioFileError, match=r"bad.jsonl:2"):
+        load_scenarios(path)
