@@ -121,6 +121,32 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # index cost ~5 % of every bulk insert and sped up nothing (bench/batch_query_bench.py, bench/ingest_bench.py).
         "DROP INDEX IF EXISTS detections_camera_ts;",
     ),
+    (
+        3,
+        "frigate input state",
+        # storage/frigate.py: the last state of each Frigate tracked object (a GenAI description needs its label and
+        # time), and per live source (MQTT broker, HTTP API) the message count that numbers its lines and its tallies.
+        """
+        CREATE TABLE IF NOT EXISTS frigate_tracks (
+            track_id VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            label VARCHAR NOT NULL,
+            confidence DOUBLE NOT NULL,
+            last_seen DOUBLE NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS frigate_sources (
+            source VARCHAR PRIMARY KEY,
+            messages BIGINT NOT NULL,
+            detections BIGINT NOT NULL,
+            duplicates BIGINT NOT NULL,
+            false_positives BIGINT NOT NULL,
+            unchanged BIGINT NOT NULL,
+            ignored BIGINT NOT NULL,
+            quarantined BIGINT NOT NULL,
+            updated_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
