@@ -660,25 +660,3 @@ def ingest_numbered_lines(
             loader.load_chunk(check_chunk(line_nos, [raw for _, raw in numbered], source))
         loader.flush()
     return loader.report
-
-
-def ingest_numbered_lines(
-    conn: duckdb.DuckDBPyConnection,
-    lines: Iterable[tuple[int, str | bytes]],
-    *,
-    source: str,
-    rejects: Iterable[Rejection] = (),
-) -> FileReport:
-    """Validate and load lines that keep their own numbers (an adapter's input lines, e.g. Frigate payloads mapped
-    to contract records), with the rules of `ingest_lines`; `rejects` are the adapter's own refusals, quarantined
-    in the same transaction."""
-    loader = _Loader(conn, source, datetime.now(UTC))
-    for rejection in rejects:
-        loader.reject_now(rejection)
-    numbered = [(no, line.encode("utf-8") if isinstance(line, str) else bytes(line)) for no, line in lines]
-    with _unordered(conn):
-        if numbered:
-            line_nos = np.array([no for no, _ in numbered], dtype=np.int64)
-            loader.load_chunk(check_chunk(line_nos, [raw for _, raw in numbered], source))
-        loader.flush()
-    return loader.report
