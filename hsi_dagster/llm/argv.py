@@ -137,6 +137,7 @@ def build_argv(
     argv = [
         binary,
         "--model", str(options.model_path),
+        "--alias", options.served_name,
         "--host", options.host,
         "--port", str(options.port),
         "--n-gpu-layers", str(options.gpu_layers).strip().lower(),

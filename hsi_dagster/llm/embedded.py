@@ -88,6 +88,7 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
 
     params = xllamacpp.CommonParams()
     params.model.path = str(model)
+    params.model_alias = {options.served_name}  # replies and /props name the model by it, not by its path
     params.hostnames = [options.host]
     params.port = int(options.port)
     params.n_ctx = int(options.ctx_size)

@@ -34,6 +34,7 @@ class LlamaServerOptions:
     metrics: bool = True
     slots: bool = True
     cont_batching: bool = True
+    alias: str | None = None  # MODEL_ALIAS; None = the GGUF's base name (see `served_name`)
 
     @classmethod
     def from_settings(
@@ -57,8 +58,28 @@ class LlamaServerOptions:
             n_cpu_moe=settings.N_CPU_MOE,
             override_tensor=settings.OVERRIDE_TENSOR,
             draft_model_path=settings.DRAFT_MODEL_PATH,
+            alias=settings.MODEL_ALIAS,
         )
 
     @property
     def slot_context(self) -> int:
         return self.ctx_size // self.parallel
+
+    @property
+    def served_name(self) -> str:
+        """The name the server reports as its model (`--alias`): rows, metadata and metrics carry it, not a path."""
+        return self.alias or short_model_name(str(self.model_path))
+
+
+def short_model_name(name: str) -> str:
+    """A model's short name: the base name of a file path without `.gguf`; any other name (an alias, a Hugging
+    Face id such as `nvidia/model`) unchanged.
+
+    Servers started without `--alias` report the model file's full path (inside a virtual environment or a
+    container); this keeps such a path out of rows, metadata and metric labels.
+    """
+    name = name.strip()
+    if name.lower().endswith(".gguf") or name.startswith(("/", "./", "../", "~")) or "\\" in name:
+        base = name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return base[: -len(".gguf")] if base.lower().endswith(".gguf") else base
+    return name

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "/models/m.gguf"
 
 DEFAULT_ARGV = [
-    "llama-server", "--model", MODEL, "--host", "127.0.0.1", "--port", "8091", "--n-gpu-layers", "auto",
+    "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091", "--n-gpu-layers", "auto",
     "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
     "--batch-size", "2048", "--cache-type-k", "f16", "--cache-type-v", "f16", "--cache-reuse", "256",
 ]  # fmt: skip
@@ -47,7 +47,8 @@ CASES = {
             "DRAFT_MODEL_PATH": "/models/draft.gguf",
         },
         [
-            "llama-server", "--model", MODEL, "--host", "0.0.0.0", "--port", "9000", "--n-gpu-layers", "all",
+            "llama-server", "--model", MODEL, "--alias", "m", "--host", "0.0.0.0", "--port", "9000",
+            "--n-gpu-layers", "all",
             "--ctx-size", "65536", "--parallel", "4", "--cont-batching", "--metrics", "--slots", "--flash-attn", "off",
             "--threads", "8", "--batch-size", "512", "--cache-type-k", "q8_0", "--cache-type-v", "bf16",
             "--cache-reuse", "0", "--load-mode", "mmap+mlock", "--n-cpu-moe", "12",
@@ -57,13 +58,17 @@ CASES = {
     "override tensor, numeric layers, quantized cache": (
         {"GPU_LAYERS": "40", "OVERRIDE_TENSOR": r"blk\.(1|2)\.ffn_.*_exps=CPU", "CACHE_TYPE_K": "q4_0", "CACHE_TYPE_V": "q8_0"},
         [
-            "llama-server", "--model", MODEL, "--host", "127.0.0.1", "--port", "8091", "--n-gpu-layers", "40",
+            "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091",
+            "--n-gpu-layers", "40",
             "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
             "--batch-size", "2048", "--cache-type-k", "q4_0", "--cache-type-v", "q8_0", "--cache-reuse", "256",
             "--override-tensor", r"blk\.(1|2)\.ffn_.*_exps=CPU",
         ],
     ),
     "N_CPU_MOE=0 adds no flag": ({"N_CPU_MOE": "0"}, DEFAULT_ARGV),
+    "MODEL_ALIAS names the served model": (
+        {"MODEL_ALIAS": "nemotron-3-nano"}, [*DEFAULT_ARGV[:3], "--alias", "nemotron-3-nano", *DEFAULT_ARGV[5:]]
+    ),
     "empty optional values are unset": ({"THREADS": "", "N_CPU_MOE": "", "OVERRIDE_TENSOR": "", "DRAFT_MODEL_PATH": ""}, DEFAULT_ARGV),
 }  # fmt: skip
 
@@ -101,6 +106,9 @@ ERRORS = {
     "unknown cache type": ({"CACHE_TYPE_K": "q3_k"}, "error: invalid configuration: CACHE_TYPE_K='q3_k' is invalid: accepted values are"),
     "port out of range": ({"LLM_PORT": "70000"}, "error: invalid configuration: LLM_PORT='70000' is invalid"),
     "zero slots": ({"PARALLEL": "0"}, "error: invalid configuration: PARALLEL='0' is invalid"),
+    "alias with a space": (
+        {"MODEL_ALIAS": "two words"}, "error: invalid configuration: MODEL_ALIAS='two words' is invalid"
+    ),
 }  # fmt: skip
 
 
