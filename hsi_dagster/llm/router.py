@@ -3,7 +3,7 @@
 Pure Python (no Dagster import): the Dagster resource builds one `LlamaRouter` when LLAMA_SERVER_URL lists several
 URLs. Why each rule exists:
 - Free slots, not plain round robin: a request sent to a busy server queues inside it while another server idles.
-  "Free" is the server's process-wide `SlotLimiter` in `hsi_dagster.llm.client` (shared with every `LlamaClient`
+  "Free" is the server's process-wide `SlotLimiter` in `hsi_dagster.llm.slots` (shared with every `LlamaClient`
   of that URL in this process), so the router never has more requests in flight on a server than it has slots.
   Ties go round robin from a random start, so separate processes (one per Dagster step) do not all pick server 0.
 - Down servers are skipped: a failed connect/health check marks a server down for a cool-down (10 s, doubling up
@@ -27,16 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hsi_dagster.llm.client import (
-    SLOTS_CHANGED,
-    ChatResult,
-    LlamaClient,
-    LlamaServerError,
-    LlamaServerUnavailable,
-    ServerInfo,
-    SlotLimiter,
-    slot_limiter,
-)
+from hsi_dagster.llm.client import ChatResult, LlamaClient
+from hsi_dagster.llm.errors import LlamaServerError, LlamaServerUnavailable
+from hsi_dagster.llm.slots import SLOTS_CHANGED, ServerInfo, SlotLimiter, slot_limiter
 
 logger = logging.getLogger("hsi_dagster.llm.router")
 
@@ -96,7 +89,7 @@ class LlamaRouter:
     """Routes `chat_json` over several `LlamaClient`s by free slots, skipping servers that are down.
 
     Thread-safe. Same call shapes as `LlamaClient` for what the pipeline uses: ensure_ready, server_info,
-    chat_json, count_prompt_tokens, prompt_token_ids, close. All state is guarded by client.SLOTS_CHANGED.
+    chat_json, count_prompt_tokens, prompt_token_ids, close. All state is guarded by slots.SLOTS_CHANGED.
     """
 
     def __init__(
@@ -430,7 +423,7 @@ class LlamaRouter:
         with ThreadPoolExecutor(len(self._servers), thread_name_prefix="llama-info") as pool:
             answers = list(pool.map(ask, self._servers))
         infos, failed = [], {}
-        for server, answer in zip(self._servers, answers):
+        for server, answer in zip(self._servers, answers, strict=True):
             if isinstance(answer, ServerInfo):
                 infos.append(answer)
             else:

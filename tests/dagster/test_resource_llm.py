@@ -49,7 +49,7 @@ def test_resource_in_materialize_returns_parsed_json(llama_server: RunningLlama)
     assert value["slot_context"] == 4096
     assert value["counted"] == value["prompt_tokens"]
     assert used_clients and used_clients[0].base_url == llama_server.url
-    assert used_clients[0]._http.is_closed  # teardown_after_execution closed it
+    assert used_clients[0].closed  # teardown_after_execution closed it
 
 
 @pytest.mark.llm

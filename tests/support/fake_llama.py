@@ -1,6 +1,6 @@
 """A FAKE llama-server for fault injection only: it runs no model and proves nothing about llama.cpp.
 
-Real behaviour is tested against the real embedded server (tests/llm/test_llm_client.py). This fake exists to
+Real behaviour is tested against the real embedded server (tests/llm/test_client.py). This fake exists to
 produce the failures a real server rarely shows on demand: 503 "Loading model", 5xx, 4xx, replies slower than
 the read timeout, and a server that ignores the JSON schema. It records every request and the largest number
 of completions (/v1/chat/completions) in flight at once.

@@ -1,9 +1,9 @@
-"""Several llama-servers behind LLAMA_SERVER_URL (hsi_dagster/llm/router.py), and the OpenAI-compatible fallback.
+"""Several llama-servers behind LLAMA_SERVER_URL (hsi_dagster/llm/router.py).
 
 - The selection policy, as a pure function with fake per-server slot counts.
-- Routing, slot bounds, cool-down and failover against FAKE servers (tests/fake_llama.py: fault injection only).
+- Routing, slot bounds, cool-down and failover against FAKE servers (tests/support/fake_llama.py: fault injection
+  only).
 - Spreading, a server stopped mid-load and its return against TWO REAL embedded llama.cpp servers (1 slot each).
-- The vLLM-style fallback against a FAKE OpenAI-compatible server (tests/fake_openai.py: fallback logic only).
 """
 
 from __future__ import annotations
@@ -20,20 +20,11 @@ import dagster as dg
 import httpx
 import pytest
 
-from hsi_dagster.llm.client import (
-    API_OPENAI,
-    LlamaClient,
-    LlamaServerError,
-    LlamaServerUnavailable,
-    SchemaNotEnforced,
-    TokenCountUnavailable,
-    slot_semaphore_size,
-)
+from hsi_dagster.llm.client import LlamaClient, LlamaServerUnavailable
 from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
 from hsi_dagster.llm.router import LlamaRouter, choose_server
 from hsi_dagster.resources import LlamaServerResource
-from tests.support.fake_llama import FakeLlama, Reply
-from tests.support.fake_openai import FakeOpenAI, fake_token_count
+from tests.support.fake_llama import Reply
 from tests.support.llm_fixtures import start_embedded
 
 llm = pytest.mark.llm
@@ -48,12 +39,6 @@ def ask(i: int) -> list[dict]:
         {"role": "system", "content": "You rate security risk. Answer with JSON only."},
         {"role": "user", "content": f"Camera event number {i}: a person near the gate. Rate the risk."},
     ]
-
-
-def fake_client(url: str, **kwargs) -> LlamaClient:
-    kwargs.setdefault("backoff_base", 0.01)
-    kwargs.setdefault("startup_timeout", 5.0)
-    return LlamaClient(url, **kwargs)
 
 
 def closed_url() -> str:
@@ -79,21 +64,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def fakes() -> Iterator[list[FakeLlama]]:
-    """Factory of FAKE llama-servers (fault injection only), stopped after the test."""
-    made: list[FakeLlama] = []
-    yield made
-    for fake in made:
-        fake.stop()
-
-
-def start_fake(made: list[FakeLlama], cls: type[FakeLlama] = FakeLlama, **kwargs) -> FakeLlama:
-    fake = cls(**kwargs).start()
-    made.append(fake)
-    return fake
 
 
 # --- the policy ---------------------------------------------------------------------------------------------------
@@ -125,14 +95,14 @@ def test_policy_with_fake_slot_counts_never_exceeds_a_server() -> None:
 
 
 @fault
-def test_fake_servers_slots_bounded_per_server_and_all_used(fakes: list[FakeLlama]) -> None:
+def test_fake_servers_slots_bounded_per_server_and_all_used(start_fake, fast_client) -> None:
     """FAKE servers with 2 and 1 slots and slow replies, 6 threads: in flight never exceeds a server's slots, every
     slot is used, and every request returns a parsed result."""
-    a = start_fake(fakes, total_slots=2)
-    b = start_fake(fakes, total_slots=1)
+    a = start_fake(total_slots=2)
+    b = start_fake(total_slots=1)
     for fake in (a, b):
         fake.script("/v1/chat/completions", *[Reply(delay=0.3)] * 8)
-    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+    with LlamaRouter([fast_client(a.url), fast_client(b.url)]) as router:
         info = router.ensure_ready()
         with ThreadPoolExecutor(6) as pool:
             results = list(pool.map(lambda i: router.chat_json(ask(i), SCHEMA, max_tokens=8), range(6)))
@@ -146,13 +116,13 @@ def test_fake_servers_slots_bounded_per_server_and_all_used(fakes: list[FakeLlam
 
 
 @fault
-def test_ensure_ready_reports_smallest_context_and_skips_a_closed_port(fakes: list[FakeLlama]) -> None:
+def test_ensure_ready_reports_smallest_context_and_skips_a_closed_port(start_fake, fast_client) -> None:
     """FAKE servers with 2048- and 4096-token slots plus a closed port: ready anyway, slot_context is the minimum
     (a budget that fits both), total_slots the sum, and the closed port is marked down and never sent a completion."""
-    small = start_fake(fakes, slot_context=2048, total_slots=1)
-    large = start_fake(fakes, slot_context=4096, total_slots=2)
+    small = start_fake(slot_context=2048, total_slots=1)
+    large = start_fake(slot_context=4096, total_slots=2)
     dead = closed_url()
-    with LlamaRouter([fake_client(dead), fake_client(large.url), fake_client(small.url)]) as router:
+    with LlamaRouter([fast_client(dead), fast_client(large.url), fast_client(small.url)]) as router:
         info = router.ensure_ready()
         results = [router.chat_json(ask(i), SCHEMA, max_tokens=8) for i in range(4)]
         stats = router.stats()
@@ -163,10 +133,10 @@ def test_ensure_ready_reports_smallest_context_and_skips_a_closed_port(fakes: li
 
 
 @fault
-def test_all_down_names_every_url() -> None:
+def test_all_down_names_every_url(fast_client) -> None:
     """No server listening at all: ensure_ready and chat_json raise LlamaServerUnavailable naming each URL."""
     urls = [closed_url(), closed_url()]
-    with LlamaRouter([fake_client(url) for url in urls], startup_timeout=0.3) as router:
+    with LlamaRouter([fast_client(url) for url in urls], startup_timeout=0.3) as router:
         with pytest.raises(LlamaServerUnavailable) as ready_err:
             router.ensure_ready()
         with pytest.raises(LlamaServerUnavailable) as chat_err:
@@ -178,14 +148,14 @@ def test_all_down_names_every_url() -> None:
 
 
 @fault
-def test_cooldown_doubles_up_to_60_s_then_the_server_rejoins(fakes: list[FakeLlama]) -> None:
+def test_cooldown_doubles_up_to_60_s_then_the_server_rejoins(start_fake, fast_client) -> None:
     """FAKE server B answers 503 "Loading model" to its first 4 health checks. With a fake clock: B sits out
     10, 20, 40, then 60 s (capped), requests go to A meanwhile, and after the last cool-down B serves again."""
-    a = start_fake(fakes)
-    b = start_fake(fakes)
+    a = start_fake()
+    b = start_fake()
     b.loading_then_ready(4)
     clock = FakeClock()
-    with LlamaRouter([fake_client(a.url), fake_client(b.url)], clock=clock) as router:
+    with LlamaRouter([fast_client(a.url), fast_client(b.url)], clock=clock) as router:
         router.ensure_ready()
         cooldowns = [router.stats()[b.url].retry_in_seconds]
         for _ in range(3):
@@ -204,13 +174,13 @@ def test_cooldown_doubles_up_to_60_s_then_the_server_rejoins(fakes: list[FakeLla
 
 
 @fault
-def test_request_on_a_server_that_goes_away_moves_to_the_other(fakes: list[FakeLlama]) -> None:
+def test_request_on_a_server_that_goes_away_moves_to_the_other(start_fake, fast_client) -> None:
     """FAKE server A starts answering 503 to everything (completions and /health) after start-up, as a server going
     away does: the request that picks it is answered by B (none lost), A is marked down and gets no further request.
     (A real connection refused is covered by the two-real-servers test.)"""
-    a = start_fake(fakes)
-    b = start_fake(fakes)
-    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+    a = start_fake()
+    b = start_fake()
+    with LlamaRouter([fast_client(a.url), fast_client(b.url)]) as router:
         router.ensure_ready()
         a.script("/v1/chat/completions", *[Reply(503)] * 10)
         a.script("/health", *[Reply(503)] * 10)
@@ -224,12 +194,12 @@ def test_request_on_a_server_that_goes_away_moves_to_the_other(fakes: list[FakeL
 
 
 @fault
-def test_5xx_moves_the_request_but_a_healthy_server_stays_in(fakes: list[FakeLlama]) -> None:
+def test_5xx_moves_the_request_but_a_healthy_server_stays_in(start_fake, fast_client) -> None:
     """FAKE server A answers 500 to one request (all 3 tries) while /health is fine: the request is answered by B,
     and A, still healthy, is not marked down (one bad request must not take a server out)."""
-    a = start_fake(fakes, total_slots=2)  # more free slots: the first request goes to A
-    b = start_fake(fakes, total_slots=1)
-    with LlamaRouter([fake_client(a.url), fake_client(b.url)]) as router:
+    a = start_fake(total_slots=2)  # more free slots: the first request goes to A
+    b = start_fake(total_slots=1)
+    with LlamaRouter([fast_client(a.url), fast_client(b.url)]) as router:
         router.ensure_ready()
         a.script("/v1/chat/completions", *[Reply(500)] * 3)
         result = router.chat_json(ask(0), SCHEMA, max_tokens=8)
@@ -240,10 +210,10 @@ def test_5xx_moves_the_request_but_a_healthy_server_stays_in(fakes: list[FakeLla
 
 
 @fault
-def test_single_url_resource_sends_what_it_always_sent(fakes: list[FakeLlama]) -> None:
+def test_single_url_resource_sends_what_it_always_sent(start_fake) -> None:
     """One URL: no router, and ensure_ready sends exactly /health, /props, /slots and the schema probe to a FAKE
     llama-server (no fallback detection requests); two URLs: a router."""
-    fake = start_fake(fakes)
+    fake = start_fake()
     single = LlamaServerResource(base_url=fake.url)
     assert single.get_router() is None
     info = single.ensure_ready()
@@ -390,99 +360,4 @@ def test_resource_with_two_real_urls_routes_inside_a_run(two_servers: TwoServers
     value = outcome.output_for_node("spread")
     assert value["slot_context"] == 4096 and value["counted"] > 20 and value["valid"]
     assert value["servers"] == sorted(two_servers.urls)
-    assert len(seen_clients) == 2 and all(client._http.is_closed for client in seen_clients)
-
-
-# --- OpenAI-compatible (vLLM-style) fallback, against a FAKE server ---------------------------------------------------
-
-
-@fault
-def test_fake_openai_server_fallback_readiness_slots_context_tokens(fakes: list[FakeLlama]) -> None:
-    """FAKE OpenAI-compatible server (no /health, /props, /slots, /apply-template): ready via /v1/models, slots from
-    configuration, per-slot context from max_model_len, exact count via /tokenize {messages}; the schema probe runs
-    and completions name the model and drop llama-only fields."""
-    fake = start_fake(fakes, FakeOpenAI, max_model_len=6000)
-    with fake_client(fake.url, fallback_total_slots=3) as client:
-        info = client.ensure_ready()
-        counted = client.count_prompt_tokens(ask(7))
-        result = client.chat_json(ask(7), SCHEMA, max_tokens=8)
-    assert info.api == API_OPENAI and info.model == "nvidia/fake-nemotron"
-    assert (info.total_slots, info.slot_context) == (3, 6000)
-    assert set(info.missing_endpoints) == {"/health", "/props", "/slots", "/apply-template"}
-    assert slot_semaphore_size(fake.url) == 3
-    assert fake.count("/v1/models") >= 2  # readiness and info
-    assert counted == fake_token_count(ask(7))
-    assert result.parsed == {"risk": "low"}
-    chats = [r.body for r in fake.requests if r.path == "/v1/chat/completions"]
-    assert len(chats) == 2 and "nonce" in str(chats[0]["response_format"])  # the enforcement probe ran
-    assert chats[-1]["model"] == "nvidia/fake-nemotron" and "cache_prompt" not in chats[-1]
-
-
-@fault
-def test_fake_openai_server_without_chat_tokenize_raises_catchable_error(fakes: list[FakeLlama]) -> None:
-    """FAKE OpenAI-compatible server with no chat-aware /tokenize: count_prompt_tokens raises TokenCountUnavailable
-    (a LlamaServerError) saying so, before and after ensure_ready; completions still work."""
-    fake = start_fake(fakes, FakeOpenAI, tokenize_messages=False, has_health=True)
-    with fake_client(fake.url, fallback_total_slots=2) as client:
-        with pytest.raises(TokenCountUnavailable) as before:
-            client.count_prompt_tokens(ask(1))
-        info = client.ensure_ready()
-        with pytest.raises(LlamaServerError) as after:
-            client.count_prompt_tokens(ask(1))
-        assert client.chat_json(ask(1), SCHEMA, max_tokens=8).parsed == {"risk": "low"}
-    assert isinstance(after.value, TokenCountUnavailable)
-    for err in (before, after):
-        assert "exact token count unavailable on this server" in str(err.value) and fake.url in str(err.value)
-    assert "/tokenize" in info.missing_endpoints and "/health" not in info.missing_endpoints
-
-
-@fault
-def test_fake_openai_server_context_from_configuration_or_a_clear_error(fakes: list[FakeLlama]) -> None:
-    """FAKE OpenAI-compatible server whose /v1/models has no max_model_len: the configured per-slot context is used;
-    without slots or context configured, the error says what to set."""
-    fake = start_fake(fakes, FakeOpenAI, max_model_len=None)
-    with fake_client(fake.url, fallback_total_slots=2, fallback_slot_context=3000) as client:
-        assert client.server_info().slot_context == 3000
-    with fake_client(fake.url, fallback_total_slots=2) as client, pytest.raises(LlamaServerError) as no_context:
-        client.server_info()
-    assert "max_model_len" in str(no_context.value) and "CTX_SIZE / PARALLEL" in str(no_context.value)
-    with fake_client(fake.url, fallback_slot_context=3000) as client, pytest.raises(LlamaServerError) as no_slots:
-        client.server_info()
-    assert "PARALLEL" in str(no_slots.value)
-
-
-@fault
-def test_fake_openai_server_ignoring_the_schema_is_refused(fakes: list[FakeLlama]) -> None:
-    """FAKE OpenAI-compatible server that ignores response_format: the enforcement probe still refuses it."""
-    fake = start_fake(fakes, FakeOpenAI, ignore_schema=True)
-    with fake_client(fake.url, fallback_total_slots=1) as client, pytest.raises(SchemaNotEnforced):
-        client.ensure_ready()
-
-
-@fault
-def test_budgeted_prompts_asset_budgets_from_fake_openai_server(fakes: list[FakeLlama], tmp_path: Path) -> None:
-    """The real budgeted_prompts asset with the resource pointed at a FAKE OpenAI-compatible server: live_slot_context
-    comes from /v1/models max_model_len (the budget follows it) and the prompt is stored; the resource reads the slot
-    count from settings (PARALLEL)."""
-    from hsi_dagster.assets.batches import detection_batches
-    from hsi_dagster.assets.contexts import enriched_contexts
-    from hsi_dagster.assets.prompts import budgeted_prompts
-    from hsi_dagster.sensors import batch_window_sensor
-    from hsi_dagster.storage.ingest import ingest_lines
-    from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
-
-    fake = start_fake(fakes, FakeOpenAI, max_model_len=6000)
-    assert LlamaServerResource(base_url=fake.url).live_slot_context() == 6000
-    db = str(tmp_path / "hsi.duckdb")
-    ingest_lines(db, closed_windows(["gate"], 1, start=hours_ago(1)))
-    res = resources(db, fake.url)
-    with dg.instance_for_test() as instance:
-        tick = sensor_tick(batch_window_sensor, instance, res, None)
-        key = tick.run_requests[0].partition_key
-        assets = [detection_batches, enriched_contexts, budgeted_prompts]
-        outcome = dg.materialize(assets, partition_key=key, instance=instance, resources=res)
-    assert outcome.success
-    metadata = outcome.asset_materializations_for_node("budgeted_prompts")[0].metadata
-    assert metadata["slot_context"].value == 6000
-    assert metadata["context_budget"].value == 6000 - 256 - 256  # pipeline_helpers: output 256, margin 256
-    assert fake.count("/v1/chat/completions") == 0  # budgeting needs no inference
+    assert len(seen_clients) == 2 and all(client.closed for client in seen_clients)

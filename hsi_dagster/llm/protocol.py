@@ -1,0 +1,144 @@
+"""llama-server's JSON on the wire: the request bodies the client sends and how its replies are read. No I/O.
+
+Kept apart from the client so the exact shapes (json_schema response_format, thinking off, where usage and cache
+figures come from, how /props and /slots are reconciled) can be read and tested in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hsi_dagster.core.text import strip_think
+from hsi_dagster.llm.errors import LlamaServerError
+from hsi_dagster.llm.slots import ServerInfo
+
+logger = logging.getLogger("hsi_dagster.llm")
+
+NO_THINKING = {"enable_thinking": False}  # Nemotron thinks by default; the pipeline wants the JSON only
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    content: str
+    parsed: dict | None
+    parse_error: str | None
+    usage: Usage
+    timings: dict = field(repr=False)
+    model: str
+    latency_ms: float
+    finish_reason: str | None
+    server_url: str = field(default="", compare=False)  # which server answered (several behind a router)
+
+
+def schema_name(schema: dict) -> str:
+    """The `json_schema.name` the OpenAI API wants: the schema's title, restricted to [A-Za-z0-9_-], 64 chars."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "response"))
+    return name[:64] or "response"
+
+
+def chat_body(
+    messages: list[dict], schema: dict, *, max_tokens: int, temperature: float, seed: int | None
+) -> dict[str, Any]:
+    """POST /v1/chat/completions with output constrained to `schema`, thinking off, the prompt cache on."""
+    body: dict[str, Any] = {
+        "messages": messages,
+        "max_tokens": int(max_tokens),
+        "temperature": float(temperature),
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": schema_name(schema), "schema": schema, "strict": True},
+        },
+        "chat_template_kwargs": dict(NO_THINKING),
+        "cache_prompt": True,
+        "stream": False,
+    }
+    if seed is not None:
+        body["seed"] = int(seed)
+    return body
+
+
+def parse_json_object(content: str, finish_reason: str | None) -> tuple[dict | None, str | None]:
+    """(object, None) when the reply (a <think> block stripped) is a JSON object, else (None, why not)."""
+    text = strip_think(content)
+    hint = " (finish_reason=length: max_tokens too small?)" if finish_reason == "length" else ""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"invalid JSON: {exc}{hint}"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {type(value).__name__}{hint}"
+    return value, None
+
+
+def chat_result(reply: Any, *, latency_ms: float, server_url: str) -> ChatResult:
+    """Read a chat completion reply; token figures from `usage`, else from llama-server's `timings`.
+
+    Raises KeyError/IndexError/TypeError/AttributeError when the reply has no choices[0].message.
+    """
+    choice = reply["choices"][0]
+    content = choice["message"].get("content") or ""
+    finish_reason = choice.get("finish_reason")
+    parsed, parse_error = parse_json_object(content, finish_reason)
+    usage_raw = reply.get("usage") or {}
+    timings = reply.get("timings") or {}
+    cached = (usage_raw.get("prompt_tokens_details") or {}).get("cached_tokens", timings.get("cache_n", 0))
+    usage = Usage(
+        prompt_tokens=int(usage_raw.get("prompt_tokens", timings.get("prompt_n", 0)) or 0),
+        completion_tokens=int(usage_raw.get("completion_tokens", timings.get("predicted_n", 0)) or 0),
+        cached_tokens=int(cached or 0),
+    )
+    return ChatResult(
+        content=content,
+        parsed=parsed,
+        parse_error=parse_error,
+        usage=usage,
+        timings=timings,
+        model=str(reply.get("model") or ""),
+        latency_ms=latency_ms,
+        finish_reason=finish_reason,
+        server_url=server_url,
+    )
+
+
+def server_info_from_props(props: dict, slots: list | None, where: str) -> ServerInfo:
+    """Per-slot context and slot count from /props, cross-checked against /slots (when given; the smaller wins)."""
+    settings = props.get("default_generation_settings") or {}
+    slot_context = settings.get("n_ctx")
+    total_slots = props.get("total_slots")
+    if slots:
+        slot_ctxs = [int(s["n_ctx"]) for s in slots if isinstance(s, dict) and "n_ctx" in s]
+        if total_slots is None:
+            total_slots = len(slots)
+        elif len(slots) != total_slots:
+            logger.warning("%s says %s slots but /slots lists %d; using the smaller", where, total_slots, len(slots))
+            total_slots = min(int(total_slots), len(slots))
+        if slot_ctxs:
+            if slot_context is None:
+                slot_context = min(slot_ctxs)
+            elif min(slot_ctxs) != slot_context:
+                logger.warning(
+                    "%s says %s tokens per slot but /slots says %s; using the smallest", where, slot_context, slot_ctxs
+                )
+                slot_context = min([int(slot_context), *slot_ctxs])
+    if slot_context is None or total_slots is None:
+        raise LlamaServerError(
+            f"{where} did not report default_generation_settings.n_ctx and total_slots (and /slots is unavailable)"
+        )
+    return ServerInfo(
+        slot_context=int(slot_context),
+        total_slots=int(total_slots),
+        model=str(props.get("model_alias") or props.get("model_path") or "unknown"),
+        chat_template=props.get("chat_template"),
+        build_info=props.get("build_info"),
+    )
