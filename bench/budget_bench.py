@@ -24,7 +24,7 @@ from hsi_dagster.core.budget import FULL_REMOVAL_ORDER, TokenCounter, fit_to_bud
 from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH, load_camera_profiles  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections, render_messages  # noqa: E402
-from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
+from hsi_dagster.synthetic.batches import synthetic_batch  # noqa: E402
 
 
 def naive_fit(sections, profile_text, budget, counter: TokenCounter):

@@ -26,7 +26,7 @@ import httpx  # noqa: E402
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import build_sections  # noqa: E402
-from hsi_dagster.llm.calibration import synthetic_batch  # noqa: E402
+from hsi_dagster.synthetic.batches import synthetic_batch  # noqa: E402
 
 
 def one_round(url: str, prompts: list[list[dict]], cache: bool) -> tuple[int, float]:

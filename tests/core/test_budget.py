@@ -19,8 +19,8 @@ from hsi_dagster.core.budget import (
 )
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import BLOCK_SUFFIX, STATIC_SYSTEM_PROMPT, block_prefix, build_sections, render_messages
-from hsi_dagster.llm.calibration import calibrate, calibration_prompts, margin_for_ratio, synthetic_batch
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.synthetic.batches import synthetic_batch
 
 PROFILE = "camera: driveway\nnote: residents park here"
 
@@ -245,20 +245,3 @@ def test_offline_encoding_needs_no_network():
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) > 3  # special-token text counted as ordinary text
-
-
-# --------------------------------------------------------------------------- calibration
-def test_calibration_ratio_and_margin(counter):
-    prompts = calibration_prompts(6)
-    assert len({p[1]["content"] for p in prompts}) == 6 and all(
-        p[0]["content"] == STATIC_SYSTEM_PROMPT for p in prompts
-    )
-    report = calibrate(
-        lambda m: int(counter.count_messages(m) * 1.25), prompts, counter, slot_context=16_384, max_output_tokens=1_536
-    )
-    assert report.max_ratio == pytest.approx(1.25, abs=0.01) and report.median_ratio == pytest.approx(1.25, abs=0.01)
-    # 14,848 * (1 - 1 / (1.25 * 1.03)) = 3,316 -> 3,328 (multiple of 32)
-    assert report.suggested_margin == margin_for_ratio(report.max_ratio, 16_384, 1_536) == 3_328
-    budget = prompt_budget(16_384, 1_536, report.suggested_margin)
-    assert budget * report.max_ratio <= 16_384 - 1_536
-    assert margin_for_ratio(0.9, 16_384, 1_536) == 0

@@ -8,9 +8,9 @@ from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import build_sections
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA
-from hsi_dagster.llm.calibration import synthetic_batch
 from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.synthetic.batches import synthetic_batch
 
 pytestmark = pytest.mark.llm
 MAX_OUTPUT = 256
@@ -50,7 +50,7 @@ def test_static_prefix_is_byte_identical_and_cached_by_the_server(llama_server):
         assert first.messages[1] != second.messages[1]
         # The exact number of leading tokens the two prompts share, as the served model tokenizes them.
         tokens = [client.prompt_token_ids(p.messages) for p in (first, second)]
-        shared = next((i for i, (a, b) in enumerate(zip(*tokens)) if a != b), min(map(len, tokens)))
+        shared = next((i for i, (a, b) in enumerate(zip(*tokens, strict=False)) if a != b), min(map(len, tokens)))
         assert shared > 1000
         client.chat_json(first.messages, RISK_JSON_SCHEMA, max_tokens=8)
         reply = client.chat_json(second.messages, RISK_JSON_SCHEMA, max_tokens=8)
