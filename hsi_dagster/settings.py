@@ -102,6 +102,31 @@ class HsiSettings(BaseSettings):
     ALERT_WEBHOOK_URL: str | None = None
     ALERT_COOLDOWN_SECONDS: float = Field(600.0, ge=0)
 
+    # --- Frigate input (contract section 5) ---
+    FRIGATE_URL: str | None = Field(None, description="Frigate's API (http://frigate:5000); set = the sensor pulls.")
+    FRIGATE_CONFIG_PATH: str | None = Field(None, description="Frigate's config.yml; unset = FRIGATE_URL/api/config.")
+    FRIGATE_API_TIMEOUT_SECONDS: float = Field(10.0, gt=0)
+    FRIGATE_API_PAGE_SIZE: int = Field(100, ge=1, le=10000)
+    FRIGATE_API_SETTLE_SECONDS: float = Field(60.0, ge=0, description="Wait after an event ends for its description.")
+    FRIGATE_TOPIC_PREFIX: str = Field("frigate", min_length=1)
+    FRIGATE_BATCH_SIZE: int = Field(100, ge=1, le=65535, description="MQTT messages per write (and in flight).")
+    FRIGATE_BATCH_SECONDS: float = Field(2.0, gt=0, description="Longest wait before buffered messages are written.")
+    MQTT_HOST: str = "127.0.0.1"
+    MQTT_PORT: int = Field(1883, ge=1, le=65535)
+    MQTT_USERNAME: str | None = None
+    MQTT_PASSWORD: SecretStr | None = None
+    MQTT_TLS: bool = False
+    MQTT_CA_FILE: str | None = Field(None, description="CA bundle for MQTT_TLS; unset = the system's.")
+    MQTT_CLIENT_ID: str = Field("hsi-frigate-listen", min_length=1, description="Stable: it names the session.")
+    MQTT_SESSION_EXPIRY_SECONDS: int = Field(7 * 86400, ge=0, description="How long the broker keeps the session.")
+
+    @field_validator(
+        "FRIGATE_URL", "FRIGATE_CONFIG_PATH", "MQTT_USERNAME", "MQTT_PASSWORD", "MQTT_CA_FILE", mode="before"
+    )
+    @classmethod
+    def _frigate_empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
     @field_validator("FAST_PATH_LABELS", mode="before")
     @classmethod
     def _split_labels(cls, value: object) -> object:
