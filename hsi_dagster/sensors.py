@@ -1,14 +1,15 @@
 """Sensors: closed batch windows -> runs; inbox files -> ingest runs; risky assessments -> alerts."""
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 
 from hsi_dagster.assets.ingest import IngestConfig
+from hsi_dagster.core.batch_policy import BatchHistory, PastRun, WindowCursor, history_from_runs, plan_tick
 from hsi_dagster.core.batching import BatchRules
-from hsi_dagster.core.window_cursor import WindowCursor, plan_tick
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
@@ -19,13 +20,29 @@ from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 INBOX_PATTERNS = ("*.jsonl", "*.jsonl.gz")
+PARTITION_TAG = "dagster/partition"
+HISTORY_QUERY_KEYS = 500  # partition keys per run-storage query
+
+
+def batch_run_history(instance: dg.DagsterInstance, batch_ids: Sequence[str]) -> dict[str, BatchHistory]:
+    """Attempts per batch from the instance's runs of its partition, whoever launched them (this sensor,
+    `hsi process`, the UI): the history that the batch policy (core/batch_policy.py) is applied to."""
+    runs = []
+    for start in range(0, len(batch_ids), HISTORY_QUERY_KEYS):
+        keys = list(batch_ids[start : start + HISTORY_QUERY_KEYS])
+        for record in instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: keys})):
+            run = record.dagster_run
+            ended = (record.end_time or record.update_timestamp.timestamp()) if run.is_finished else None
+            runs.append(PastRun(run.tags[PARTITION_TAG], record.create_timestamp.timestamp(), ended))
+    return history_from_runs(runs)
 
 
 @dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=5, default_status=dg.DefaultSensorStatus.RUNNING)
 def batch_window_sensor(
     context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
 ) -> dg.SensorResult | dg.SkipReason:
-    """Each closed window once (run_key = batch_id), failed ones again after a back-off; read-only and capped."""
+    """Each closed window once (run_key = batch_id), failed ones again after a back-off, given up after
+    MAX_ATTEMPTS (core/batch_policy.py, the rules `hsi process` follows too); read-only and capped."""
     settings = pipeline_settings.get()
     if not Path(duckdb.database).exists():
         return dg.SkipReason(f"no database at {duckdb.database} yet")
@@ -33,12 +50,14 @@ def batch_window_sensor(
         closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(UTC))
         unassessed = unassessed_batches(conn)
     cameras = {batch.batch_id: batch.camera_id for batch in closed}
+    closed_ids = [batch.batch_id for batch in closed]
     plan = plan_tick(
         WindowCursor.from_json(context.cursor),
-        [batch.batch_id for batch in closed],
+        closed_ids,
         unassessed,
         time.time(),
         cap=settings.SENSOR_MAX_BATCHES_PER_TICK,
+        runs=batch_run_history(context.instance, closed_ids + list(unassessed)),
     )
     for batch_id in plan.abandoned:
         context.log.error(f"batch {batch_id}: no assessment after repeated runs; giving up (see the failed runs)")

@@ -96,10 +96,21 @@ def cmd_process(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         raise UsageError(str(exc)) from None
     print(f"{len(report.runs)} runs, {len(report.failed)} failed, in {report.seconds:.1f}s")
+    if report.running_elsewhere:
+        print(f"{len(report.running_elsewhere)} batches have a run queued or going elsewhere: left to it")
+    if report.waiting:
+        due = datetime.fromtimestamp(min(report.waiting.values()), UTC).isoformat(timespec="seconds")
+        print(f"{len(report.waiting)} failed batches wait out their back-off (the first until {due})")
+    if report.abandoned:
+        print(
+            f"{len(report.abandoned)} batches given up after repeated failed runs (see their runs): "
+            + ", ".join(report.abandoned[:5])
+            + (" ..." if len(report.abandoned) > 5 else ""),
+            file=sys.stderr,
+        )
     if report.failed:
-        print("failed batches stay pending: run `hsi process` again once the cause is fixed", file=sys.stderr)
-        return 1
-    return 0
+        print("failed batches are tried again after a back-off: run `hsi process` again later", file=sys.stderr)
+    return 1 if report.failed or report.abandoned else 0
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -129,9 +140,8 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
 def cmd_llm_calibrate(args: argparse.Namespace) -> int:
     """cl100k estimates vs the served model's exact counts (/apply-template + /tokenize) over generated prompts."""
     from hsi_dagster.core.budget import TokenCounter
-    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate
+    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate, calibration_prompts
     from hsi_dagster.llm.client import LlamaClient
-    from hsi_dagster.synthetic.batches import calibration_prompts
 
     settings = _settings(args)
     with LlamaClient(settings.llm_urls[0], api_key=settings.api_key, startup_timeout=30) as client:

@@ -1,33 +1,55 @@
-"""The batch-window sensor's bookkeeping, as a pure function: which batches to request this tick.
+"""Which batches to run now and which to try again: ONE pure policy for the batch-window sensor and `hsi process`.
 
-A batch is requested once when its window closes (run_key = batch_id). If its run fails and no assessment is
-stored, it is requested again after a back-off (run_key = `batch_id#retryN`), up to MAX_ATTEMPTS. The cursor only
-holds batches still in flight, so it stays small: a batch leaves it once it has an assessment.
+A candidate is a closed window not yet recorded, or a recorded batch with no stored assessment. For each,
+`choose_batches` decides from what is known of its earlier attempts (`BatchHistory`):
+
+- no attempt yet: a closed window is requested at once (attempt 1, run_key = batch_id); a recorded batch nobody
+  is known to have run (recorded by a run this history does not hold) waits `grace_seconds` after its recording;
+- a run queued or in progress: left alone;
+- `max_attempts` attempts and still no assessment: abandoned (left for an operator; the failed runs say why);
+- otherwise attempt n+1 once `grace_seconds * 2**(n-1)` have passed since attempt n was requested or, if its run
+  ended, since it ended (run_key = `batch_id#retryN`, new for every attempt so Dagster never dedupes it away).
+
+The same rule holds whether the batch was recorded or not: a run that failed before `detection_batches` recorded
+its window leaves the window closed and unrecorded, and it is requested again like any other failed batch.
+
+Where the history comes from: the Dagster instance's runs of the batch's partition, whoever launched them (the
+sensor, `hsi process`, the UI); see `history_from_runs`. The sensor adds its cursor (`WindowCursor`), which holds
+the requests of its own ticks that may not be runs yet; `plan_tick` merges both and returns the next cursor.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 RETRY_GRACE_SECONDS = 600.0  # a run that started this long ago and stored nothing has failed or stalled
 MAX_ATTEMPTS = 5
 
 
-@dataclass
-class WindowCursor:
-    # batch_id -> [attempts so far, epoch seconds after which another attempt may be requested]
-    in_flight: dict[str, list[float]] = field(default_factory=dict)
+@dataclass(frozen=True)
+class Candidate:
+    batch_id: str
+    recorded_at: float | None = None  # epoch seconds when detection_batches recorded it; None = closed, unrecorded
 
-    @classmethod
-    def from_json(cls, text: str | None) -> WindowCursor:
-        if not text:
-            return cls()
-        data = json.loads(text)
-        return cls(in_flight={key: [float(a), float(b)] for key, (a, b) in data.get("in_flight", {}).items()})
 
-    def to_json(self) -> str:
-        return json.dumps({"in_flight": self.in_flight}, sort_keys=True, separators=(",", ":"))
+@dataclass(frozen=True)
+class BatchHistory:
+    """What is known of a batch's earlier attempts."""
+
+    attempts: int = 0
+    last_attempt_at: float | None = None  # epoch seconds: latest request, or the end of its run when it ended
+    running: bool = False  # a run of the batch is queued or in progress
+
+
+@dataclass(frozen=True)
+class PastRun:
+    """One run of a batch's partition, as the instance records it."""
+
+    batch_id: str
+    created_at: float
+    ended_at: float | None  # None while queued or in progress
 
 
 @dataclass(frozen=True)
@@ -38,12 +60,130 @@ class Request:
 
 
 @dataclass(frozen=True)
+class BatchChoice:
+    requests: list[Request]
+    waiting: dict[str, float]  # batch_id -> epoch seconds when it may be requested again
+    running: list[str]  # a run is queued or in progress
+    abandoned: list[str]  # max_attempts used and still no assessment
+    deferred: int  # would be requested now but over the cap; first in line next time
+
+
+def run_key(batch_id: str, attempt: int) -> str:
+    """Attempt 1 is keyed by the batch id alone (one run per closed window); retries get their own keys."""
+    return batch_id if attempt == 1 else f"{batch_id}#retry{attempt - 1}"
+
+
+def history_from_runs(runs: Iterable[PastRun]) -> dict[str, BatchHistory]:
+    """Attempts per batch: every run of its partition counts, whether it failed, was cancelled or is still going."""
+    grouped: dict[str, list[PastRun]] = {}
+    for run in runs:
+        grouped.setdefault(run.batch_id, []).append(run)
+    return {
+        batch_id: BatchHistory(
+            attempts=len(batch_runs),
+            last_attempt_at=max(run.created_at if run.ended_at is None else run.ended_at for run in batch_runs),
+            running=any(run.ended_at is None for run in batch_runs),
+        )
+        for batch_id, batch_runs in grouped.items()
+    }
+
+
+def merge_history(a: BatchHistory | None, b: BatchHistory | None) -> BatchHistory:
+    """Two views of one batch (the instance's runs, a sensor's own requests): the most attempts, the latest time."""
+    if a is None or b is None:
+        return a or b or BatchHistory()
+    times = [t for t in (a.last_attempt_at, b.last_attempt_at) if t is not None]
+    return BatchHistory(max(a.attempts, b.attempts), max(times) if times else None, a.running or b.running)
+
+
+def choose_batches(
+    candidates: Sequence[Candidate],
+    history: Mapping[str, BatchHistory],
+    now: float,
+    *,
+    cap: int | None = None,
+    grace_seconds: float = RETRY_GRACE_SECONDS,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> BatchChoice:
+    """The rules of the module docstring, over `candidates` in the order given (oldest first), at most `cap`
+    requests (None = no cap)."""
+    requests: list[Request] = []
+    waiting: dict[str, float] = {}
+    running: list[str] = []
+    abandoned: list[str] = []
+    deferred = 0
+    for candidate in candidates:
+        past = history.get(candidate.batch_id, BatchHistory())
+        if past.running:
+            running.append(candidate.batch_id)
+            continue
+        if past.attempts >= max_attempts:
+            abandoned.append(candidate.batch_id)
+            continue
+        if past.attempts == 0 or past.last_attempt_at is None:
+            due = now if candidate.recorded_at is None else candidate.recorded_at + grace_seconds
+        else:
+            due = past.last_attempt_at + grace_seconds * 2 ** (past.attempts - 1)
+        if now < due:
+            waiting[candidate.batch_id] = due
+            continue
+        if cap is not None and len(requests) >= cap:
+            deferred += 1
+            continue
+        attempt = past.attempts + 1
+        requests.append(Request(candidate.batch_id, run_key(candidate.batch_id, attempt), attempt))
+    return BatchChoice(requests, waiting, running, abandoned, deferred)
+
+
+def candidates_in_order(closed: Sequence[str], unassessed: Mapping[str, float]) -> list[Candidate]:
+    """Closed windows not yet recorded (in the order given, oldest first), then recorded batches without an
+    assessment, oldest recording first."""
+    unrecorded = [Candidate(batch_id) for batch_id in closed if batch_id not in unassessed]
+    recorded = [Candidate(b, at) for b, at in sorted(unassessed.items(), key=lambda item: (item[1], item[0]))]
+    return unrecorded + recorded
+
+
+# ------------------------------------------------------------------------------------------- the sensor's state
+@dataclass
+class WindowCursor:
+    """The sensor's own requests (batch_id -> [attempt, epoch seconds requested]) for batches still without an
+    assessment, and the batches it already reported abandoned (so it says so once)."""
+
+    requested: dict[str, list[float]] = field(default_factory=dict)
+    abandoned: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, text: str | None, *, grace_seconds: float = RETRY_GRACE_SECONDS) -> WindowCursor:
+        if not text:
+            return cls()
+        data = json.loads(text)
+        requested = {key: [float(a), float(t)] for key, (a, t) in data.get("requested", {}).items()}
+        abandoned = list(data.get("abandoned", []))
+        # Cursors written before this module: in_flight = batch_id -> [attempts, epoch seconds of the next retry].
+        for key, (attempts, retry_at) in data.get("in_flight", {}).items():
+            if retry_at == float("inf"):  # given up at attempts - 1 (then the marker added one)
+                requested[key] = [float(attempts) - 1, 0.0]
+                abandoned.append(key)
+            else:
+                requested[key] = [float(attempts), float(retry_at) - grace_seconds * 2 ** max(0, attempts - 1)]
+        return cls(requested, abandoned)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"requested": self.requested, "abandoned": sorted(self.abandoned)}, sort_keys=True, separators=(",", ":")
+        )
+
+    def history(self) -> dict[str, BatchHistory]:
+        return {key: BatchHistory(int(attempt), at) for key, (attempt, at) in self.requested.items()}
+
+
+@dataclass(frozen=True)
 class TickPlan:
     requests: list[Request]
-    new_partitions: list[str]
+    new_partitions: list[str]  # requested windows not recorded yet (adding a known partition is a no-op)
     cursor: WindowCursor
-    deferred: int  # closed batches left for the next tick by the per-tick cap
-    abandoned: list[str]
+    deferred: int  # left for the next tick by the per-tick cap
+    abandoned: list[str]  # newly given up this tick (to report once)
 
 
 def plan_tick(
@@ -53,43 +193,28 @@ def plan_tick(
     now: float,
     *,
     cap: int,
+    runs: Mapping[str, BatchHistory] | None = None,
     grace_seconds: float = RETRY_GRACE_SECONDS,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> TickPlan:
-    """`closed`: closed windows not yet recorded, oldest first; `unassessed`: recorded batches with no stored
-    assessment -> epoch seconds when recorded. Returns the run requests of this tick and the next cursor."""
-    in_flight = {key: list(value) for key, value in cursor.in_flight.items()}
+    """One sensor tick. `closed`: closed windows not yet recorded, oldest first; `unassessed`: recorded batches with
+    no stored assessment -> epoch seconds when recorded; `runs`: history from the instance's runs (may be empty).
+    Returns the run requests of this tick and the next cursor (only batches still without an assessment)."""
     live = set(closed) | set(unassessed)
-    for batch_id in list(in_flight):
-        if batch_id not in live:  # assessed: done
-            del in_flight[batch_id]
-    requests: list[Request] = []
-    new_partitions: list[str] = []
-    abandoned: list[str] = []
-    deferred = 0
-    for batch_id in closed:
-        if batch_id in in_flight:
-            continue
-        if len(requests) >= cap:
-            deferred += 1
-            continue
-        requests.append(Request(batch_id, batch_id, 1))
-        new_partitions.append(batch_id)
-        in_flight[batch_id] = [1, now + grace_seconds]
-    for batch_id, recorded_at in sorted(unassessed.items(), key=lambda item: item[1]):
-        if len(requests) >= cap:
-            break
-        attempts, retry_at = in_flight.get(batch_id, [0, recorded_at + grace_seconds])
-        if now < retry_at:
-            in_flight.setdefault(batch_id, [attempts, retry_at])
-            continue
-        if attempts >= max_attempts:
-            if attempts == max_attempts:
-                abandoned.append(batch_id)
-                in_flight[batch_id] = [attempts + 1, float("inf")]
-            continue
-        attempt = int(attempts) + 1
-        run_key = batch_id if attempt == 1 else f"{batch_id}#retry{attempt - 1}"
-        requests.append(Request(batch_id, run_key, attempt))
-        in_flight[batch_id] = [attempt, now + grace_seconds * 2 ** (attempt - 1)]
-    return TickPlan(requests, new_partitions, WindowCursor(in_flight), deferred, abandoned)
+    mine = {key: value for key, value in cursor.requested.items() if key in live}
+    own = WindowCursor(mine).history()
+    runs = runs or {}
+    history = {key: merge_history(runs.get(key), own.get(key)) for key in live}
+    candidates = candidates_in_order(closed, unassessed)
+    choice = choose_batches(candidates, history, now, cap=cap, grace_seconds=grace_seconds, max_attempts=max_attempts)
+    for request in choice.requests:
+        mine[request.batch_id] = [float(request.attempt), now]
+    reported = set(cursor.abandoned)
+    unrecorded = set(closed) - set(unassessed)
+    return TickPlan(
+        requests=choice.requests,
+        new_partitions=[r.batch_id for r in choice.requests if r.batch_id in unrecorded],
+        cursor=WindowCursor(mine, sorted(set(choice.abandoned))),
+        deferred=choice.deferred,
+        abandoned=[batch_id for batch_id in choice.abandoned if batch_id not in reported],
+    )

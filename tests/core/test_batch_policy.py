@@ -1,6 +1,19 @@
-"""The batch-window sensor's pure bookkeeping: each closed window once, failed ones retried with back-off."""
+"""The one batch policy (sensor and `hsi process`): each closed window once, failed ones retried with back-off,
+given up after MAX_ATTEMPTS; the sensor's cursor on top of it."""
 
-from hsi_dagster.core.window_cursor import MAX_ATTEMPTS, WindowCursor, plan_tick
+import json
+
+from hsi_dagster.core.batch_policy import (
+    MAX_ATTEMPTS,
+    BatchHistory,
+    Candidate,
+    PastRun,
+    WindowCursor,
+    choose_batches,
+    history_from_runs,
+    merge_history,
+    plan_tick,
+)
 
 NOW = 1_800_000_000.0
 
@@ -28,9 +41,9 @@ def test_cap_defers_the_rest_to_the_next_tick_without_skipping():
 def test_assessed_batches_leave_the_cursor():
     tick1 = plan_tick(WindowCursor(), ["a"], {}, NOW, cap=10)
     recorded = plan_tick(tick1.cursor, [], {"a": NOW + 1}, NOW + 2, cap=10)  # recorded, run still going
-    assert recorded.requests == [] and "a" in recorded.cursor.in_flight
+    assert recorded.requests == [] and "a" in recorded.cursor.requested
     done = plan_tick(recorded.cursor, [], {}, NOW + 3, cap=10)  # assessment stored
-    assert done.cursor.in_flight == {}
+    assert done.cursor.requested == {}
 
 
 def test_failed_batch_is_retried_after_grace_with_a_new_run_key_then_abandoned():
@@ -45,6 +58,7 @@ def test_failed_batch_is_retried_after_grace_with_a_new_run_key_then_abandoned()
         cursor = plan.cursor
     assert keys == [f"a#retry{i}" for i in range(1, MAX_ATTEMPTS)]
     assert len(set(keys)) == len(keys)
+    assert cursor.abandoned == ["a"]
 
 
 def test_recorded_batch_unknown_to_the_cursor_is_requested_only_after_grace():
@@ -52,3 +66,80 @@ def test_recorded_batch_unknown_to_the_cursor_is_requested_only_after_grace():
     assert plan_tick(WindowCursor(), [], {"x": NOW}, NOW + 10, cap=10, grace_seconds=60).requests == []
     plan = plan_tick(WindowCursor(), [], {"x": NOW}, NOW + 61, cap=10, grace_seconds=60)
     assert [r.run_key for r in plan.requests] == ["x"] and plan.new_partitions == []
+
+
+def test_closed_batch_whose_run_failed_before_recording_is_requested_again_after_grace():
+    """The run of a closed window failed before `detection_batches` recorded it: the window is still closed and
+    unrecorded, so it comes back in `closed` every tick. It must be requested again once the grace has passed."""
+    first = plan_tick(WindowCursor(), ["a"], {}, NOW, cap=10, grace_seconds=60)
+    assert [r.run_key for r in first.requests] == ["a"]
+    early = plan_tick(first.cursor, ["a"], {}, NOW + 30, cap=10, grace_seconds=60)
+    assert early.requests == []  # the first run may still be going
+    later = plan_tick(early.cursor, ["a"], {}, NOW + 61, cap=10, grace_seconds=60)
+    assert [(r.batch_id, r.run_key, r.attempt) for r in later.requests] == [("a", "a#retry1", 2)]
+
+
+def test_closed_batch_given_up_like_a_recorded_one_and_reported_once():
+    plan = plan_tick(WindowCursor(), ["a"], {}, NOW, cap=10, grace_seconds=60)
+    reported = []
+    t = NOW
+    for _ in range(MAX_ATTEMPTS + 3):
+        t += 60 * 2**MAX_ATTEMPTS
+        plan = plan_tick(plan.cursor, ["a"], {}, t, cap=10, grace_seconds=60)
+        reported += plan.abandoned
+    assert reported == ["a"] and plan.cursor.requested["a"][0] == MAX_ATTEMPTS
+
+
+def test_cursor_of_the_previous_format_is_read():
+    """A deployed sensor's stored cursor: in_flight = batch -> [attempts, next retry], inf once abandoned."""
+    old = json.dumps({"in_flight": {"a": [2, NOW + 1200], "b": [6, float("inf")]}})
+    cursor = WindowCursor.from_json(old, grace_seconds=600)
+    assert cursor.requested == {"a": [2.0, NOW], "b": [5.0, 0.0]} and cursor.abandoned == ["b"]
+    assert WindowCursor.from_json(cursor.to_json()) == cursor
+    plan = plan_tick(cursor, [], {"a": NOW - 5, "b": NOW - 5}, NOW + 1200, cap=10, grace_seconds=600)
+    assert [r.run_key for r in plan.requests] == ["a#retry2"] and plan.abandoned == []
+
+
+# ------------------------------------------------------------------ the shared rules (sensor and `hsi process`)
+def test_history_from_runs_counts_every_run_and_times_the_latest():
+    runs = [
+        PastRun("a", created_at=NOW, ended_at=NOW + 20),
+        PastRun("a", created_at=NOW + 700, ended_at=NOW + 710),
+        PastRun("b", created_at=NOW + 5, ended_at=None),
+    ]
+    history = history_from_runs(runs)
+    assert history["a"] == BatchHistory(attempts=2, last_attempt_at=NOW + 710, running=False)
+    assert history["b"] == BatchHistory(attempts=1, last_attempt_at=NOW + 5, running=True)
+    assert "c" not in history
+
+
+def test_merge_keeps_the_most_attempts_and_the_latest_time():
+    runs = BatchHistory(1, NOW + 30, running=False)  # the instance saw attempt 1 end
+    requested = BatchHistory(2, NOW + 10)  # the sensor already asked for attempt 2, not a run yet
+    assert merge_history(runs, requested) == BatchHistory(2, NOW + 30, False)
+    assert merge_history(None, requested) == requested and merge_history(None, None) == BatchHistory()
+
+
+def test_running_batches_are_left_alone_and_back_off_doubles_from_the_end_of_the_last_run():
+    candidates = [Candidate("run"), Candidate("failed", recorded_at=NOW)]
+    history = {
+        "run": BatchHistory(1, NOW, running=True),
+        "failed": BatchHistory(2, NOW + 100),  # attempt 2 ended at NOW + 100: attempt 3 after 2 x grace
+    }
+    early = choose_batches(candidates, history, NOW + 100 + 119, grace_seconds=60)
+    assert early.requests == [] and early.running == ["run"] and early.waiting == {"failed": NOW + 100 + 120}
+    due = choose_batches(candidates, history, NOW + 100 + 120, grace_seconds=60)
+    assert [(r.run_key, r.attempt) for r in due.requests] == [("failed#retry2", 3)]
+
+
+def test_given_up_after_max_attempts_whatever_launched_them():
+    history = {"a": BatchHistory(MAX_ATTEMPTS, NOW)}
+    choice = choose_batches([Candidate("a")], history, NOW + 10**9)
+    assert choice.requests == [] and choice.abandoned == ["a"]
+
+
+def test_no_cap_requests_every_due_batch_and_a_cap_defers_the_rest():
+    candidates = [Candidate(f"b{i}") for i in range(5)]
+    assert len(choose_batches(candidates, {}, NOW).requests) == 5
+    capped = choose_batches(candidates, {}, NOW, cap=2)
+    assert [r.batch_id for r in capped.requests] == ["b0", "b1"] and capped.deferred == 3

@@ -1,10 +1,15 @@
 """batch_window_sensor and inbox_sensor on real DuckDB files and a real (ephemeral) Dagster instance."""
 
+import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
 
+from hsi_dagster import sensors
+from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.sensors import batch_window_sensor, inbox_sensor
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
@@ -76,6 +81,51 @@ def test_per_tick_cap_holds_and_the_rest_come_next_tick(instance, db):
         seen += keys(result)
         cursor = result.cursor
     assert len(seen) == 10 and len(set(seen)) == 10
+
+
+def test_closed_window_whose_run_failed_before_recording_is_requested_again_after_grace(
+    instance, db, tmp_path, monkeypatch
+):
+    """A real run of the requested window fails in its first step, before `detection_batches` records the batch:
+    the window stays closed and unrecorded. Within the grace it is left alone; after it, it is requested again."""
+    ingest_lines(db, closed_windows(["porch"], 1, start=hours_ago(1)))
+    res = resources(db)
+    first = sensor_tick(batch_window_sensor, instance, res, None)
+    [request] = first.run_requests
+    broken = {**res, "duckdb": HsiDuckDBResource(database=str(tmp_path))}  # a folder, not a DuckDB file
+    failed = dg.materialize(
+        [detection_batches],
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=broken,
+        tags=request.tags,
+        raise_on_error=False,
+    )
+    assert not failed.success
+    assert sensor_tick(batch_window_sensor, instance, res, first.cursor).run_requests == []
+    later = time.time() + 601  # past the 600 s grace
+    monkeypatch.setattr(sensors, "time", SimpleNamespace(time=lambda: later))
+    again = sensor_tick(batch_window_sensor, instance, res, first.cursor)
+    assert [(r.partition_key, r.run_key, r.tags["hsi/attempt"]) for r in again.run_requests] == [
+        (request.partition_key, f"{request.partition_key}#retry1", "2")
+    ]
+
+
+def test_runs_launched_elsewhere_count_as_attempts(instance, db, tmp_path, monkeypatch):
+    """A run of the window launched without this sensor (`hsi process`, the UI) failed just now: the sensor, with no
+    cursor, sees it in the instance and waits out the back-off before asking for attempt 2."""
+    ingest_lines(db, closed_windows(["shed"], 1, start=hours_ago(1)))
+    res = resources(db)
+    batch_id = sensor_tick(batch_window_sensor, instance, res, None).run_requests[0].partition_key
+    broken = {**res, "duckdb": HsiDuckDBResource(database=str(tmp_path))}
+    assert not dg.materialize(
+        [detection_batches], partition_key=batch_id, instance=instance, resources=broken, raise_on_error=False
+    ).success
+    assert sensor_tick(batch_window_sensor, instance, res, None).run_requests == []
+    later = time.time() + 601
+    monkeypatch.setattr(sensors, "time", SimpleNamespace(time=lambda: later))
+    again = sensor_tick(batch_window_sensor, instance, res, None)
+    assert [r.run_key for r in again.run_requests] == [f"{batch_id}#retry1"]
 
 
 def test_no_database_yet_is_a_skip_not_an_error(instance, tmp_path):
