@@ -160,13 +160,13 @@ def cmd_llm_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from hsi_dagster.llm.planner import run_plan
+    from hsi_dagster.cli.plan import run_plan
 
     return run_plan(args)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
-    from hsi_dagster.llm.config_check import run_config_check
+    from hsi_dagster.cli.config_check import run_config_check
 
     return run_config_check(args)
 
@@ -245,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=20)
     p.set_defaults(func=cmd_llm_calibrate)
 
-    from hsi_dagster.llm.config_check import add_config_check_arguments
-    from hsi_dagster.llm.planner import add_plan_arguments
+    from hsi_dagster.cli.config_check import add_config_check_arguments
+    from hsi_dagster.cli.plan import add_plan_arguments
 
     p = sub.add_parser("plan", help="capacity planner: does the model fit the GPU with these settings?")
     add_plan_arguments(p)

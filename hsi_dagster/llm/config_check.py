@@ -1,4 +1,4 @@
-"""`hsi config check`: values that are each valid but do not work together, found before a deployment.
+"""Settings that are each valid but do not work together, found before a deployment (`hsi config check`).
 
 Every finding names the .env variable to change. Errors are combinations llama-server refuses or that break
 the pipeline (a prompt that cannot fit a slot); warnings cost throughput, memory or accuracy; info explains.
@@ -8,15 +8,12 @@ without it they fall back to what is true for the production model and say so.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Literal
 
 from hsi_dagster.llm.argv import FLOAT_CACHE_TYPES, ArgvError, parse_override_tensor
-from hsi_dagster.llm.planner import MIB, ModelMetadata, PlanInputs, plan_from_metadata, read_metadata
+from hsi_dagster.llm.gguf import ModelMetadata
+from hsi_dagster.llm.planner import MIB, PlanInputs, plan_from_metadata
 from hsi_dagster.settings import MIN_PROMPT_TOKENS, HsiSettings
 
 Level = Literal["error", "warning", "info"]
@@ -36,13 +33,24 @@ class Finding:
 def _workers(settings: HsiSettings) -> list[Finding]:
     workers, slots = settings.ANALYSIS_WORKER_COUNT, settings.PARALLEL
     if workers > slots:
-        return [Finding("warning", "ANALYSIS_WORKER_COUNT",
-                        f"{workers} workers for {slots} llama-server slots: {workers - slots} requests at a time wait inside the "
-                        "server (llamacpp:requests_deferred) while their LLM_READ_TIMEOUT_SECONDS runs; set it to PARALLEL")]  # fmt: skip
+        return [
+            Finding(
+                "warning",
+                "ANALYSIS_WORKER_COUNT",
+                f"{workers} workers for {slots} llama-server slots: {workers - slots} requests at a time wait "
+                "inside the server (llamacpp:requests_deferred) while their LLM_READ_TIMEOUT_SECONDS runs; "
+                "set it to PARALLEL",
+            )
+        ]
     if workers < slots:
-        return [Finding("warning", "ANALYSIS_WORKER_COUNT",
-                        f"{workers} workers for {slots} slots: {slots - workers} slots sit idle while still holding "
-                        "their share of CTX_SIZE; set it to PARALLEL or lower PARALLEL")]  # fmt: skip
+        return [
+            Finding(
+                "warning",
+                "ANALYSIS_WORKER_COUNT",
+                f"{workers} workers for {slots} slots: {slots - workers} slots sit idle while still holding "
+                "their share of CTX_SIZE; set it to PARALLEL or lower PARALLEL",
+            )
+        ]
     return []
 
 
@@ -80,27 +88,42 @@ def _cache_types(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
     findings = []
     quantized_v = settings.CACHE_TYPE_V not in FLOAT_CACHE_TYPES
     if quantized_v and not settings.FLASH_ATTENTION:
-        findings.append(Finding("error", "CACHE_TYPE_V",
-                                f"{settings.CACHE_TYPE_V} needs FLASH_ATTENTION=true: llama.cpp refuses to start with a quantized V "
-                                "cache without flash attention"))  # fmt: skip
+        findings.append(
+            Finding(
+                "error",
+                "CACHE_TYPE_V",
+                f"{settings.CACHE_TYPE_V} needs FLASH_ATTENTION=true: llama.cpp refuses to start with a quantized V "
+                "cache without flash attention",
+            )
+        )
     quantized = quantized_v or settings.CACHE_TYPE_K not in FLOAT_CACHE_TYPES
     if not quantized:
         return findings
     variable = "CACHE_TYPE_K" if settings.CACHE_TYPE_K not in FLOAT_CACHE_TYPES else "CACHE_TYPE_V"
     if meta is None:
-        findings.append(Finding("info", variable,
-                                "KV-cache quantization saves little on hybrid models such as Nemotron-3-Nano (KV cache in 6 of 52 "
-                                "layers, ~6 KiB/token at f16); run `hsi plan` to see the figure for this model"))  # fmt: skip
+        findings.append(
+            Finding(
+                "info",
+                variable,
+                "KV-cache quantization saves little on hybrid models such as Nemotron-3-Nano (KV cache in 6 of 52 "
+                "layers, ~6 KiB/token at f16); run `hsi plan` to see the figure for this model",
+            )
+        )
     elif meta.recurrent_layers:
         inputs = PlanInputs.from_settings(settings)
         quant = plan_from_metadata(meta, inputs)
         full = plan_from_metadata(meta, replace(inputs, cache_type_k="f16", cache_type_v="f16"))
         saved = full.kv_bytes - quant.kv_bytes
-        findings.append(Finding("warning", variable,
-                                f"{settings.CACHE_TYPE_K}/{settings.CACHE_TYPE_V} saves only {saved / MIB:.0f} MiB on this hybrid model "
-                                f"(KV cache in {len(meta.attention_layers)} of {meta.n_layer} layers; the "
-                                f"{quant.recurrent_bytes / MIB:.0f} MiB of f32 recurrent state is not quantized) and costs "
-                                "accuracy and speed; prefer f16"))  # fmt: skip
+        findings.append(
+            Finding(
+                "warning",
+                variable,
+                f"{settings.CACHE_TYPE_K}/{settings.CACHE_TYPE_V} saves only {saved / MIB:.0f} MiB on this hybrid "
+                f"model (KV cache in {len(meta.attention_layers)} of {meta.n_layer} layers; the "
+                f"{quant.recurrent_bytes / MIB:.0f} MiB of f32 recurrent state is not quantized) and costs "
+                "accuracy and speed; prefer f16",
+            )
+        )
     return findings
 
 
@@ -108,13 +131,23 @@ def _draft(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
     if not settings.DRAFT_MODEL_PATH:
         return []
     if meta is None:
-        return [Finding("warning", "DRAFT_MODEL_PATH",
-                        "speculative decoding is refused for hybrid/recurrent models such as Nemotron-3-Nano "
-                        "('not supported by this context'); unset it unless the model is a plain transformer")]  # fmt: skip
+        return [
+            Finding(
+                "warning",
+                "DRAFT_MODEL_PATH",
+                "speculative decoding is refused for hybrid/recurrent models such as Nemotron-3-Nano "
+                "('not supported by this context'); unset it unless the model is a plain transformer",
+            )
+        ]
     if meta.recurrent_layers:
-        return [Finding("error", "DRAFT_MODEL_PATH",
-                        f"{meta.architecture} has {len(meta.recurrent_layers)} recurrent layers: llama.cpp refuses speculative "
-                        "decoding for hybrid/recurrent models; unset DRAFT_MODEL_PATH")]  # fmt: skip
+        return [
+            Finding(
+                "error",
+                "DRAFT_MODEL_PATH",
+                f"{meta.architecture} has {len(meta.recurrent_layers)} recurrent layers: llama.cpp refuses speculative "
+                "decoding for hybrid/recurrent models; unset DRAFT_MODEL_PATH",
+            )
+        ]
     return [Finding("info", "DRAFT_MODEL_PATH", "the draft model must share the target model's vocabulary")]
 
 
@@ -126,9 +159,14 @@ def _moe(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
         except ArgvError as exc:
             findings.append(Finding("error", exc.variable, str(exc).split(": ", 1)[1]))
         if settings.N_CPU_MOE is not None:
-            findings.append(Finding("error", "N_CPU_MOE",
-                                    "set together with OVERRIDE_TENSOR: both decide where MoE expert tensors live; keep one "
-                                    "(N_CPU_MOE for 'experts of the first N layers on the CPU')"))  # fmt: skip
+            findings.append(
+                Finding(
+                    "error",
+                    "N_CPU_MOE",
+                    "set together with OVERRIDE_TENSOR: both decide where MoE expert tensors live; keep one "
+                    "(N_CPU_MOE for 'experts of the first N layers on the CPU')",
+                )
+            )
     if settings.N_CPU_MOE and meta is not None:
         if not meta.is_moe:
             findings.append(
@@ -148,9 +186,14 @@ def _moe(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
 def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
     findings = []
     if meta is not None and meta.recurrent_layers and settings.CACHE_REUSE > 0:
-        findings.append(Finding("info", "CACHE_REUSE",
-                                "KV shifting is impossible on hybrid/recurrent models, so CACHE_REUSE has no effect; prefix reuse "
-                                "comes from context checkpoints (check timings.cache_n)"))  # fmt: skip
+        findings.append(
+            Finding(
+                "info",
+                "CACHE_REUSE",
+                "KV shifting is impossible on hybrid/recurrent models, so CACHE_REUSE has no effect; prefix reuse "
+                "comes from context checkpoints (check timings.cache_n)",
+            )
+        )
     if meta is not None and settings.GPU_LAYERS.isdigit() and int(settings.GPU_LAYERS) > meta.n_layer + 1:
         findings.append(
             Finding(
@@ -160,9 +203,14 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
             )
         )
     if settings.LLM_HOST not in LOOPBACK_HOSTS and settings.api_key is None:
-        findings.append(Finding("warning", "LLAMA_API_KEY",
-                                f"llama-server listens on {settings.LLM_HOST} without an API key; set LLAMA_API_KEY (and the "
-                                "llama_api_key secret in production)"))  # fmt: skip
+        findings.append(
+            Finding(
+                "warning",
+                "LLAMA_API_KEY",
+                f"llama-server listens on {settings.LLM_HOST} without an API key; set LLAMA_API_KEY (and the "
+                "llama_api_key secret in production)",
+            )
+        )
     return findings
 
 
@@ -178,45 +226,3 @@ def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None)
     ]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.level])
-
-
-def add_config_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
-    parser.add_argument("--model", default=None, help="GGUF whose header to check against (default: MODEL_PATH)")
-    parser.add_argument("--no-model", action="store_true", help="skip the model-dependent checks")
-    return parser
-
-
-def run_config_check(args: argparse.Namespace) -> int:
-    """Print the findings; 1 when any is an error, 2 when the settings do not even load, else 0."""
-    from hsi_dagster.settings import SettingsError, load_settings
-
-    try:
-        settings = load_settings(args.env_file)
-    except SettingsError as exc:
-        print(f"ERROR   {exc}", file=sys.stderr)
-        return 2
-    meta = None
-    extra: list[Finding] = []
-    if not args.no_model:
-        try:
-            meta = read_metadata(Path(args.model) if args.model else settings.model_file)
-        except (OSError, ValueError) as exc:
-            extra.append(Finding("warning", "MODEL_PATH", f"model checks skipped: cannot read the GGUF header ({exc})"))
-    findings = extra + check_config(settings, meta)
-    for finding in findings:
-        print(finding)
-    if not findings:
-        print("OK: no inconsistent settings found")
-    return 1 if any(f.level == "error" for f in findings) else 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = add_config_check_arguments(
-        argparse.ArgumentParser(prog="hsi config check", description=__doc__.splitlines()[0])
-    )
-    return run_config_check(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,16 +1,14 @@
-"""`hsi config check` flags combinations that are each valid but do not work together, naming the variable."""
+"""The config checks flag combinations that are each valid but do not work together, naming the variable."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from hsi_dagster.llm.config_check import Finding, add_config_check_arguments, check_config, run_config_check
+from hsi_dagster.llm.config_check import Finding, check_config
+from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import bundled_smollm2_path
-from hsi_dagster.llm.planner import read_metadata
 from hsi_dagster.settings import load_settings
-from tests.llm.test_planner import nemotron_q4km_like
+from tests.support.gguf_fixtures import nemotron_q4km_like
 
 BASE = {"MODEL_PATH": "/models/m.gguf", "ANALYSIS_WORKER_COUNT": 2, "PARALLEL": 2}
 
@@ -100,19 +98,3 @@ def test_errors_come_first():
     result = check_config(settings)
     assert {f.level for f in result} == {"error", "warning", "info"}
     assert [f.level for f in result] == sorted((f.level for f in result), key=["error", "warning", "info"].index)
-
-
-def test_cli_exit_code_is_1_on_an_error(tmp_path, monkeypatch, capsys):
-    env = tmp_path / "hsi.env"
-    parser = add_config_check_arguments(argparse.ArgumentParser())
-    env.write_text("MODEL_PATH=/models/m.gguf\n")
-    assert run_config_check(parser.parse_args(["--env-file", str(env), "--no-model"])) == 0
-    assert "OK" in capsys.readouterr().out
-    env.write_text("MODEL_PATH=/models/m.gguf\nCACHE_TYPE_V=q4_0\nFLASH_ATTENTION=false\n")
-    assert run_config_check(parser.parse_args(["--env-file", str(env), "--no-model"])) == 1
-    assert "ERROR   CACHE_TYPE_V" in capsys.readouterr().out
-    env.write_text("CTX_SIZE=abc\n")
-    assert run_config_check(parser.parse_args(["--env-file", str(env)])) == 2
-    env.write_text("MODEL_PATH=/models/missing.gguf\n")
-    assert run_config_check(parser.parse_args(["--env-file", str(env)])) == 0
-    assert "WARNING MODEL_PATH: model checks skipped" in capsys.readouterr().out

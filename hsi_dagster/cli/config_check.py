@@ -1,0 +1,41 @@
+"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings in .env."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hsi_dagster.llm.config_check import Finding, check_config
+from hsi_dagster.llm.gguf import read_metadata
+
+
+def add_config_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
+    parser.add_argument("--model", default=None, help="GGUF whose header to check against (default: MODEL_PATH)")
+    parser.add_argument("--no-model", action="store_true", help="skip the model-dependent checks")
+    return parser
+
+
+def run_config_check(args: argparse.Namespace) -> int:
+    """Print the findings; 1 when any is an error, 2 when the settings do not even load, else 0."""
+    from hsi_dagster.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(args.env_file)
+    except SettingsError as exc:
+        print(f"ERROR   {exc}", file=sys.stderr)
+        return 2
+    meta = None
+    extra: list[Finding] = []
+    if not args.no_model:
+        try:
+            meta = read_metadata(Path(args.model) if args.model else settings.model_file)
+        except (OSError, ValueError) as exc:
+            extra.append(Finding("warning", "MODEL_PATH", f"model checks skipped: cannot read the GGUF header ({exc})"))
+    findings = extra + check_config(settings, meta)
+    for finding in findings:
+        print(finding)
+    if not findings:
+        print("OK: no inconsistent settings found")
+    return 1 if any(f.level == "error" for f in findings) else 0

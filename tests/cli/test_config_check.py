@@ -1,0 +1,40 @@
+"""`hsi config check` through the `hsi` argument tree: exit 0 and OK when consistent, 1 on an error finding, 2 when
+the settings do not load; an unreadable model only skips the model checks (with a warning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hsi_dagster.cli.main import main
+
+
+def hsi_config_check(capsys: pytest.CaptureFixture, env: Path, *argv: str) -> tuple[int, str]:
+    code = main(["config", "check", "--env-file", str(env), *argv])
+    return code, capsys.readouterr().out
+
+
+def test_exit_codes(tmp_path, capsys):
+    env = tmp_path / "hsi.env"
+    env.write_text("MODEL_PATH=/models/m.gguf\n")
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 0 and "OK" in out
+    env.write_text("MODEL_PATH=/models/m.gguf\nCACHE_TYPE_V=q4_0\nFLASH_ATTENTION=false\n")
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 1 and "ERROR   CACHE_TYPE_V" in out
+    env.write_text("CTX_SIZE=abc\n")
+    assert hsi_config_check(capsys, env)[0] == 2
+    env.write_text("MODEL_PATH=/models/missing.gguf\n")
+    code, out = hsi_config_check(capsys, env)
+    assert code == 0 and "WARNING MODEL_PATH: model checks skipped" in out
+
+
+def test_model_checks_read_the_gguf_given(tmp_path, capsys):
+    """--model: the bundled SmolLM2 GGUF (8192-token training context) against 16384 tokens per slot."""
+    from hsi_dagster.llm.model_files import bundled_smollm2_path
+
+    env = tmp_path / "hsi.env"
+    env.write_text("ANALYSIS_WORKER_COUNT=2\nPARALLEL=2\nCTX_SIZE=32768\n")
+    code, out = hsi_config_check(capsys, env, "--model", str(bundled_smollm2_path()))
+    assert code == 0 and "WARNING CTX_SIZE: 16384 tokens per slot exceed the model's training context (8192)" in out
