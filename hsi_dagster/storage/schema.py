@@ -147,6 +147,76 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        4,
+        "evaluation tables",
+        # storage/evaluation.py: the labeled scenario runs per configuration (`evaluation` asset, `hsi eval`).
+        """
+        CREATE TABLE IF NOT EXISTS evaluation_configurations (
+            configuration VARCHAR PRIMARY KEY,
+            endpoint VARCHAR,
+            model VARCHAR,
+            quality_level VARCHAR NOT NULL,
+            prompt_sha256 VARCHAR,
+            description VARCHAR,
+            updated_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS evaluation_results (
+            configuration VARCHAR NOT NULL,
+            scenario_id VARCHAR NOT NULL,
+            category VARCHAR NOT NULL,
+            expected_level VARCHAR NOT NULL,
+            band_low INTEGER NOT NULL,
+            band_high INTEGER NOT NULL,
+            adversarial BOOLEAN NOT NULL,
+            status VARCHAR NOT NULL,
+            risk_score INTEGER,
+            risk_level VARCHAR,
+            summary VARCHAR,
+            injection_flagged BOOLEAN NOT NULL,
+            llm_calls INTEGER NOT NULL,
+            prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL,
+            cached_tokens INTEGER NOT NULL,
+            latency_ms DOUBLE NOT NULL,
+            generation_ms DOUBLE NOT NULL,
+            sections_removed VARCHAR[] NOT NULL,
+            model VARCHAR,
+            error VARCHAR,
+            evaluated_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (configuration, scenario_id)
+        );
+        CREATE TABLE IF NOT EXISTS evaluation_figures (
+            configuration VARCHAR PRIMARY KEY,
+            scenarios INTEGER NOT NULL,
+            schema_valid_rate DOUBLE,
+            level_accuracy DOUBLE,
+            macro_f1 DOUBLE,
+            score_mae_to_band DOUBLE,
+            under_call_rate DOUBLE,
+            alert_scenarios INTEGER NOT NULL,
+            prompt_tokens BIGINT NOT NULL,
+            completion_tokens BIGINT NOT NULL,
+            cached_tokens BIGINT NOT NULL,
+            latency_p50_ms DOUBLE,
+            latency_p95_ms DOUBLE,
+            tokens_per_second DOUBLE,
+            llm_calls INTEGER NOT NULL,
+            adversarial_correct INTEGER NOT NULL,
+            adversarial_scenarios INTEGER NOT NULL,
+            confusion JSON NOT NULL,
+            evaluated_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS evaluation_agreement (
+            configuration_a VARCHAR NOT NULL,
+            configuration_b VARCHAR NOT NULL,
+            kappa DOUBLE,
+            scenarios INTEGER NOT NULL,
+            evaluated_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (configuration_a, configuration_b)
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
