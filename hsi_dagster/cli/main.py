@@ -140,8 +140,9 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
 def cmd_llm_calibrate(args: argparse.Namespace) -> int:
     """cl100k estimates vs the served model's exact counts (/apply-template + /tokenize) over generated prompts."""
     from hsi_dagster.core.budget import TokenCounter
-    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate, calibration_prompts
+    from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate
     from hsi_dagster.llm.client import LlamaClient
+    from hsi_dagster.synthetic.batches import calibration_prompts
 
     settings = _settings(args)
     with LlamaClient(settings.llm_urls[0], api_key=settings.api_key, startup_timeout=30) as client:
