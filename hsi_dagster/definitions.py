@@ -17,7 +17,13 @@ from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job, partition_retention_job, partition_retention_schedule
-from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.resources import (
+    AlertWebhookResource,
+    EnrichmentResource,
+    HsiDuckDBResource,
+    LlamaServerResource,
+    PipelineSettingsResource,
+)
 from hsi_dagster.sensors import batch_window_sensor, high_risk_alert_sensor, inbox_sensor, unassessed_fast_path_sensor
 from hsi_dagster.settings import HsiSettings, load_settings
 
@@ -52,6 +58,9 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             backend=dg.EnvVar("ENRICHMENT_BACKEND"),
             gateway_url=dg.EnvVar("ENRICHMENT_GATEWAY_URL"),
             timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS,
+        ),
+        "alert_webhook": AlertWebhookResource(
+            url=settings.ALERT_WEBHOOK_URL, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS
         ),
         "pipeline_settings": PipelineSettingsResource(),
     }

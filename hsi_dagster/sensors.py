@@ -12,10 +12,10 @@ from hsi_dagster.core.batch_policy import BatchHistory, PastRun, WindowCursor, h
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
 from hsi_dagster.partitions import batch_partitions
-from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
-from hsi_dagster.storage.alerts import raise_alert, risk_alert_for, unassessed_fast_path_alert
+from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.batches import pending_closed_batches
-from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
@@ -44,11 +44,12 @@ def batch_window_sensor(
     """Each closed window once (run_key = batch_id), failed ones again after a back-off, given up after
     MAX_ATTEMPTS (core/batch_policy.py, the rules `hsi process` follows too); read-only and capped."""
     settings = pipeline_settings.get()
-    if not Path(duckdb.database).exists():
-        return dg.SkipReason(f"no database at {duckdb.database} yet")
-    with connect(duckdb.database, read_only=True) as conn:
-        closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(UTC))
-        unassessed = unassessed_batches(conn)
+    try:
+        with duckdb.get_connection(read_only=True) as conn:
+            closed = pending_closed_batches(conn, BatchRules.from_settings(settings), datetime.now(UTC))
+            unassessed = unassessed_batches(conn)
+    except DatabaseNotFound as exc:
+        return dg.SkipReason(str(exc))
     cameras = {batch.batch_id: batch.camera_id for batch in closed}
     closed_ids = [batch.batch_id for batch in closed]
     plan = plan_tick(
@@ -113,25 +114,18 @@ def inbox_sensor(
 
 @dg.sensor(minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
 def high_risk_alert_sensor(
-    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, alert_webhook: AlertWebhookResource
 ) -> dg.SkipReason:
     """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical."""
-    settings = pipeline_settings.get()
     records = context.instance.fetch_materializations(
         RISK_ASSESSMENTS_KEY, limit=200, cursor=context.cursor, ascending=True
     )
     raised = 0
     if records.records:
-        with connect(duckdb.database) as conn:
+        with duckdb.get_connection() as conn:
             for record in records.records:
                 alert = risk_alert_for(conn, record.partition_key) if record.partition_key else None
-                if (
-                    alert
-                    and raise_alert(
-                        conn, alert, webhook_url=settings.ALERT_WEBHOOK_URL, cooldown_s=settings.ALERT_COOLDOWN_SECONDS
-                    )
-                    is not None
-                ):
+                if alert and alert_webhook.raise_alert(conn, alert) is not None:
                     raised += 1
     context.update_cursor(records.cursor)
     return dg.SkipReason(f"{len(records.records)} assessments read, {raised} alerts raised")
@@ -139,14 +133,13 @@ def high_risk_alert_sensor(
 
 @dg.run_failure_sensor(monitored_jobs=[batch_pipeline_job], default_status=dg.DefaultSensorStatus.RUNNING)
 def unassessed_fast_path_sensor(
-    context: dg.RunFailureSensorContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+    context: dg.RunFailureSensorContext, duckdb: HsiDuckDBResource, alert_webhook: AlertWebhookResource
 ) -> None:
     """A confident person that the LLM could not assess still alerts (without LLM text)."""
     batch_id = context.dagster_run.tags.get("dagster/partition")
     if not batch_id:
         return
-    settings = pipeline_settings.get()
-    with connect(duckdb.database) as conn:
+    with duckdb.get_connection() as conn:
         alert = unassessed_fast_path_alert(conn, batch_id)
         if alert:
-            raise_alert(conn, alert, webhook_url=settings.ALERT_WEBHOOK_URL, cooldown_s=settings.ALERT_COOLDOWN_SECONDS)
+            alert_webhook.raise_alert(conn, alert)

@@ -1,21 +1,28 @@
-"""Alerts: rows for high/critical assessments, webhook posts to a real local HTTP server, per-camera cooldown,
-failures recorded (never raised), idempotency, and the fast-path alert without LLM text."""
+"""AlertWebhookResource on a real DuckDB file: rows for high/critical assessments, webhook posts to a real local
+HTTP server, per-camera cooldown, failures recorded (never raised), idempotency, the fast-path alert without LLM
+text, and the alert sensor."""
 
 from __future__ import annotations
 
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
-from hsi_dagster.storage import alerts
-from hsi_dagster.storage.alerts import Alert, raise_alert, risk_alert_for, unassessed_fast_path_alert
+from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.core.alerts import Alert
+from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource
+from hsi_dagster.sensors import high_risk_alert_sensor, unassessed_fast_path_sensor
+from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.db import connect
+from tests.support.pipeline_helpers import resources, sensor_tick
 
 NOW = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)
 COOLDOWN = 600.0
@@ -67,11 +74,8 @@ def webhook() -> Iterator[Webhook]:
         yield server
 
 
-@pytest.fixture
-def short_webhook_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """raise_alert posts with the default 5 s timeout; 0.5 s keeps the hanging-server test fast."""
-    original = alerts.post_webhook
-    monkeypatch.setattr(alerts, "post_webhook", lambda url, payload: original(url, payload, timeout=0.5))
+def _hook(url: str | None, *, cooldown: float = COOLDOWN, timeout: float = 5.0) -> AlertWebhookResource:
+    return AlertWebhookResource(url=url, cooldown_seconds=cooldown, timeout_seconds=timeout)
 
 
 @pytest.fixture
@@ -141,7 +145,7 @@ def test_high_and_critical_alert_and_post_the_payload(conn, webhook: Webhook) ->
     for batch_id in ("b_low", "b_medium", "b_high", "b_critical", "b_failed"):
         alert = risk_alert_for(conn, batch_id)
         if alert is not None:
-            statuses[batch_id] = raise_alert(conn, alert, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW)
+            statuses[batch_id] = _hook(webhook.url).raise_alert(conn, alert, now=NOW)
 
     assert statuses == {"b_high": "sent", "b_critical": "sent"}
     assert _alert_rows(conn) == [
@@ -189,27 +193,10 @@ def test_cooldown_is_per_camera(conn, webhook: Webhook) -> None:
     other_camera = _risk_alert(conn, "b3", "garage")
     after_cooldown = _risk_alert(conn, "b4", "front_door")
 
-    assert raise_alert(conn, first, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW) == "sent"
-    assert (
-        raise_alert(
-            conn, second_same_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW + timedelta(seconds=60)
-        )
-        == "cooldown"
-    )
-    assert (
-        raise_alert(conn, other_camera, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW + timedelta(seconds=61))
-        == "sent"
-    )
-    assert (
-        raise_alert(
-            conn,
-            after_cooldown,
-            webhook_url=webhook.url,
-            cooldown_s=COOLDOWN,
-            now=NOW + timedelta(seconds=COOLDOWN + 1),
-        )
-        == "sent"
-    )
+    assert _hook(webhook.url).raise_alert(conn, first, now=NOW) == "sent"
+    assert _hook(webhook.url).raise_alert(conn, second_same_camera, now=NOW + timedelta(seconds=60)) == "cooldown"
+    assert _hook(webhook.url).raise_alert(conn, other_camera, now=NOW + timedelta(seconds=61)) == "sent"
+    assert _hook(webhook.url).raise_alert(conn, after_cooldown, now=NOW + timedelta(seconds=COOLDOWN + 1)) == "sent"
 
     assert [(row[0], row[7]) for row in _alert_rows(conn)] == [
         ("b1:risk", "sent"),
@@ -228,9 +215,7 @@ def test_cooldown_is_per_camera(conn, webhook: Webhook) -> None:
 # ------------------------------------------------------------------------------------------------ failures
 def test_webhook_http_500_is_recorded_not_raised(conn, webhook: Webhook) -> None:
     webhook.mode = "error"
-    status = raise_alert(
-        conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW
-    )
+    status = _hook(webhook.url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
     assert status == f"failed: {webhook.url}: HTTP 500"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1  # it was tried
@@ -240,17 +225,17 @@ def test_webhook_connection_refused_is_recorded_not_raised(conn) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
-    status = raise_alert(conn, _risk_alert(conn, "b1", "front_door"), webhook_url=url, cooldown_s=COOLDOWN, now=NOW)
+    status = _hook(url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
     assert status.startswith(f"failed: {url}: ")
     assert "ConnectError" in status
     assert _alert_rows(conn)[0][7] == status
 
 
-def test_webhook_timeout_is_recorded_not_raised(conn, webhook: Webhook, short_webhook_timeout: None) -> None:
+def test_webhook_timeout_is_recorded_not_raised(conn, webhook: Webhook) -> None:
     webhook.mode = "hang"
-    status = raise_alert(
-        conn, _risk_alert(conn, "b1", "front_door"), webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW
-    )
+    started = time.monotonic()
+    status = _hook(webhook.url, timeout=0.5).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
+    assert time.monotonic() - started < 3  # the resource's timeout, not the server, ended the post
     assert status == f"failed: {webhook.url}: ReadTimeout"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1
@@ -258,7 +243,7 @@ def test_webhook_timeout_is_recorded_not_raised(conn, webhook: Webhook, short_we
 
 @pytest.mark.parametrize("url", ["http://[::1", "not a url", "ftp://127.0.0.1/hook"])
 def test_malformed_webhook_url_is_recorded_not_raised(conn, url: str) -> None:
-    status = raise_alert(conn, _risk_alert(conn, "b1", "front_door"), webhook_url=url, cooldown_s=COOLDOWN, now=NOW)
+    status = _hook(url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
     assert status.startswith(f"failed: {url}: ")
     assert _alert_rows(conn)[0][7] == status
 
@@ -266,9 +251,7 @@ def test_malformed_webhook_url_is_recorded_not_raised(conn, url: str) -> None:
 def test_webhook_off_stores_disabled(conn) -> None:
     for webhook_url in (None, ""):
         batch_id = f"b_{webhook_url!r}"
-        status = raise_alert(
-            conn, _risk_alert(conn, batch_id, "front_door"), webhook_url=webhook_url, cooldown_s=COOLDOWN, now=NOW
-        )
+        status = _hook(webhook_url).raise_alert(conn, _risk_alert(conn, batch_id, "front_door"), now=NOW)
         assert status == "disabled"
     assert [row[7] for row in _alert_rows(conn)] == ["disabled", "disabled"]
 
@@ -276,9 +259,9 @@ def test_webhook_off_stores_disabled(conn) -> None:
 # ------------------------------------------------------------------------------------------------ idempotency
 def test_raise_alert_is_idempotent_per_alert_id(conn, webhook: Webhook) -> None:
     alert = _risk_alert(conn, "b1", "front_door", "critical", 99)
-    assert raise_alert(conn, alert, webhook_url=webhook.url, cooldown_s=0, now=NOW) == "sent"
+    assert _hook(webhook.url, cooldown=0).raise_alert(conn, alert, now=NOW) == "sent"
     # re-evaluated later (cooldown 0, so only idempotency can stop a second post)
-    assert raise_alert(conn, alert, webhook_url=webhook.url, cooldown_s=0, now=NOW + timedelta(hours=1)) is None
+    assert _hook(webhook.url, cooldown=0).raise_alert(conn, alert, now=NOW + timedelta(hours=1)) is None
     assert conn.execute("SELECT count(*) FROM alerts WHERE alert_id = 'b1:risk'").fetchone()[0] == 1
     assert len(webhook.posts) == 1
 
@@ -310,10 +293,10 @@ def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webho
     assert alert.summary == "fast-path detection (person) could not be assessed by the LLM"
     assert "LLM text" not in json.dumps(alert.payload())
 
-    assert raise_alert(conn, alert, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW) == "sent"
+    assert _hook(webhook.url).raise_alert(conn, alert, now=NOW) == "sent"
     missing = unassessed_fast_path_alert(conn, "fp_missing")
     assert missing is not None and missing.camera_id == "garage"
-    assert raise_alert(conn, missing, webhook_url=webhook.url, cooldown_s=COOLDOWN, now=NOW) == "sent"
+    assert _hook(webhook.url).raise_alert(conn, missing, now=NOW) == "sent"
 
     assert _alert_rows(conn) == [
         (
@@ -348,20 +331,16 @@ def test_unassessed_fast_path_batch_alerts_without_llm_text(conn, webhook: Webho
     }
 
 
+# ------------------------------------------------------------------------------------------------ sensors
 def test_alert_sensor_reads_new_materializations_once_and_posts(tmp_path: Path, webhook: Webhook) -> None:
     """The Dagster sensor: each new risk_assessments materialization is looked up once (cursor); high posts."""
-    import dagster as dg
-
-    from hsi_dagster.sensors import high_risk_alert_sensor
-    from tests.support.pipeline_helpers import resources, sensor_tick
-
     db = tmp_path / "alerts.duckdb"
     with connect(db) as c:
         _add_batch(c, "b-high", "porch")
         _add_assessment(c, "b-high", "porch", "high", 70)
         _add_batch(c, "b-low", "porch")
         _add_assessment(c, "b-low", "porch", "low", 5)
-    res = resources(str(db), ALERT_WEBHOOK_URL=webhook.url)
+    res = resources(str(db), alert_webhook_url=webhook.url)
     with dg.instance_for_test() as instance:
         for key in ("b-high", "b-low"):
             instance.report_runless_asset_event(dg.AssetMaterialization("risk_assessments", partition=key))
@@ -372,3 +351,48 @@ def test_alert_sensor_reads_new_materializations_once_and_posts(tmp_path: Path, 
     assert [p["json"]["batch_id"] for p in webhook.posts] == ["b-high"]
     with connect(db) as c:
         assert c.execute("SELECT batch_id, webhook_status FROM alerts").fetchall() == [("b-high", "sent")]
+
+
+def test_alert_sensor_survives_a_failing_webhook(tmp_path: Path, webhook: Webhook) -> None:
+    webhook.mode = "error"
+    db = tmp_path / "alerts.duckdb"
+    with connect(db) as c:
+        _add_batch(c, "b-crit", "porch")
+        _add_assessment(c, "b-crit", "porch", "critical", 97)
+    res = resources(str(db), alert_webhook_url=webhook.url)
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("risk_assessments", partition="b-crit"))
+        tick = sensor_tick(high_risk_alert_sensor, instance, res, None)
+    assert "1 alerts raised" in tick.skip_message
+    assert len(webhook.posts) == 1
+    with connect(db) as c:
+        assert c.execute("SELECT webhook_status FROM alerts").fetchall() == [(f"failed: {webhook.url}: HTTP 500",)]
+
+
+def test_failed_run_of_a_fast_path_batch_alerts_once(tmp_path: Path, webhook: Webhook) -> None:
+    """unassessed_fast_path_sensor on a real failed run of the batch's partition; the event delivered twice."""
+    db = tmp_path / "alerts.duckdb"
+    with connect(db) as c:
+        _add_batch(c, "fp-1", "porch", "fast_path", labels=("person",))
+    res = resources(str(db), alert_webhook_url=webhook.url)
+    broken = {**res, "duckdb": HsiDuckDBResource(database=str(tmp_path))}  # a folder, not a DuckDB file
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("batches", ["fp-1"])
+        failed = dg.materialize(
+            [detection_batches], partition_key="fp-1", instance=instance, resources=broken, raise_on_error=False
+        )
+        assert not failed.success
+        for _ in range(2):
+            context = dg.build_run_status_sensor_context(
+                sensor_name="unassessed_fast_path_sensor",
+                dagster_event=failed.get_run_failure_event(),
+                dagster_instance=instance,
+                dagster_run=failed.dagster_run,
+                resources={"duckdb": res["duckdb"], "alert_webhook": res["alert_webhook"]},
+            ).for_run_failure()
+            unassessed_fast_path_sensor(context)
+    assert [post["json"]["alert_id"] for post in webhook.posts] == ["fp-1:unassessed"]
+    with connect(db) as c:
+        assert c.execute("SELECT alert_id, kind, webhook_status FROM alerts").fetchall() == [
+            ("fp-1:unassessed", "fast_path_unassessed", "sent")
+        ]

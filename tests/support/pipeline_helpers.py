@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.resources import (
+    AlertWebhookResource,
+    EnrichmentResource,
+    HsiDuckDBResource,
+    LlamaServerResource,
+    PipelineSettingsResource,
+)
 
 
 def detection(
@@ -44,9 +50,16 @@ def closed_windows(camera_ids: list[str], per_camera: int, *, start: datetime, g
     return lines
 
 
-def resources(db_path: str, llm_url: str = "http://127.0.0.1:9", **settings_overrides: str) -> dict:
+def resources(
+    db_path: str,
+    llm_url: str = "http://127.0.0.1:9",
+    *,
+    alert_webhook_url: str | None = None,
+    **settings_overrides: str,
+) -> dict:
     return {
         "duckdb": HsiDuckDBResource(database=db_path),
+        "alert_webhook": AlertWebhookResource(url=alert_webhook_url),
         "llm": LlamaServerResource(
             base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=5, max_output_tokens=256
         ),

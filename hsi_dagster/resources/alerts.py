@@ -1,0 +1,52 @@
+"""Where alerts go: an `alerts` row each, and a webhook POST (off without a URL) with a per-camera cooldown.
+
+A webhook that fails never fails the caller (a sensor): the outcome is stored in `alerts.webhook_status`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import duckdb
+import httpx
+from pydantic import Field
+
+from hsi_dagster.core.alerts import Alert, webhook_action
+from hsi_dagster.storage.alerts import alert_stored, last_webhook_attempt, save_alert
+
+
+class AlertWebhookResource(dg.ConfigurableResource):
+    """ALERT_WEBHOOK_URL and ALERT_COOLDOWN_SECONDS: one post per camera per cooldown, the rest stored only."""
+
+    url: str | None = Field(default=None, description="Webhook that receives each alert as JSON; None turns it off.")
+    cooldown_seconds: float = Field(
+        default=600.0, ge=0, description="After a post (sent or failed), the camera's next alerts are only stored."
+    )
+    timeout_seconds: float = Field(default=5.0, gt=0, description="Per post; a slow webhook must not stall a sensor.")
+
+    def post(self, payload: dict) -> str:
+        """POST the alert; returns 'sent', or 'failed: <reason>' naming the endpoint. Never raises."""
+        if not self.url:
+            return "disabled"
+        try:
+            response = httpx.post(self.url, json=payload, timeout=self.timeout_seconds)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError (e.g. 'http://[::1')
+            return f"failed: {self.url}: {type(exc).__name__}"
+        if response.status_code >= 300:
+            return f"failed: {self.url}: HTTP {response.status_code}"
+        return "sent"
+
+    def raise_alert(self, conn: duckdb.DuckDBPyConnection, alert: Alert, *, now: datetime | None = None) -> str | None:
+        """Store the alert once (keyed by alert_id) and post it unless the webhook is off or the camera in cooldown.
+
+        Returns the stored webhook status (sent, failed: ..., cooldown, disabled), or None when this alert was
+        already stored (a sensor re-evaluating a tick).
+        """
+        now = now or datetime.now(UTC)
+        if alert_stored(conn, alert.alert_id):
+            return None
+        action = webhook_action(self.url, last_webhook_attempt(conn, alert.camera_id), now, self.cooldown_seconds)
+        status = self.post(alert.payload()) if action == "post" else action
+        save_alert(conn, alert, status, now)
+        return status
