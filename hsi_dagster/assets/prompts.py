@@ -5,7 +5,6 @@ import hashlib
 import dagster as dg
 
 from hsi_dagster.assets.contexts import enriched_contexts
-from hsi_dagster.cli.metrics import CONTEXT_UTILIZATION
 from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
@@ -84,7 +83,6 @@ def budgeted_prompts(
             sections_removed=fitted.sections_removed,
             static_prefix_sha256=prefix_hash,
         )
-    CONTEXT_UTILIZATION.labels(enriched.batch.camera_id).set(fitted.utilization)
     user_text = fitted.messages[-1]["content"]
     return dg.MaterializeResult(
         metadata={

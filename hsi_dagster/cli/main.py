@@ -173,17 +173,12 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics_serve(args: argparse.Namespace) -> int:
-    import time
-
-    from prometheus_client import start_http_server
-
-    from hsi_dagster.cli.metrics import duckdb_registry
+    from hsi_dagster.cli.metrics import serve
+    from hsi_dagster.core.batching import BatchRules
 
     settings = _settings(args)
-    start_http_server(args.port, addr="127.0.0.1", registry=duckdb_registry(settings.HSI_DUCKDB_PATH))
-    print(f"metrics at http://127.0.0.1:{args.port}/metrics", flush=True)
-    while True:
-        time.sleep(3600)
+    serve(settings.HSI_DUCKDB_PATH, BatchRules.from_settings(settings), host=args.host, port=args.port)
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -259,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     metrics = sub.add_parser("metrics", help="Prometheus metrics").add_subparsers(dest="metrics_command", required=True)
     p = with_db(metrics.add_parser("serve", help="serve pipeline metrics from DuckDB on 127.0.0.1"))
-    p.add_argument("--port", type=int, default=9464)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 only inside a container network)")
+    p.add_argument("--port", type=int, default=9464, help="port to bind (0 = any free port)")
     p.set_defaults(func=cmd_metrics_serve)
 
     p = with_db(sub.add_parser("demo", help="sample detections -> embedded server -> pipeline -> risk report"))
