@@ -187,6 +187,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args), seed=args.seed, minutes=args.minutes)
 
 
+def cmd_frigate(args: argparse.Namespace) -> int:
+    from hsi_dagster.cli.frigate import FrigateUsageError
+
+    try:
+        return args.frigate_func(args, _settings(args))
+    except FrigateUsageError as exc:
+        raise UsageError(str(exc)) from None
+
+
 # ----------------------------------------------------------------------------------------------- plumbing
 def _iso(value) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
@@ -262,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="offset added to the demo's scenario seeds")
     p.add_argument("--minutes", type=float, default=10.0, help="minutes of simulated activity per segment")
     p.set_defaults(func=cmd_demo)
+
+    from hsi_dagster.cli.frigate import add_frigate_parser
+
+    add_frigate_parser(sub, with_db)
+    sub.choices["frigate"].set_defaults(func=cmd_frigate)
     return parser
 
 

@@ -49,11 +49,12 @@ MAX_PAYLOAD_BYTES = 256 * 1024  # one MQTT payload or API item; Frigate's are a 
 
 @dataclass(frozen=True)
 class FrigateMessage:
-    """One payload to map: its line (or item, or message) number, its raw text and, when known, its MQTT topic."""
+    """One payload to map: its line (or item, or message) number, its raw text, its MQTT topic when known."""
 
     line_no: int
     raw: str | bytes
     topic: str | None = None
+    kind: str | None = None  # known kind (`api_event` for an API answer), else by topic or shape
 
 
 @dataclass
@@ -140,25 +141,26 @@ def load_frigate_messages(
     """Map, validate and load a batch of payloads in order (a description may follow its events in the batch)."""
     report = FrigateReport(source, messages=len(messages))
     decoded = [_decode(message) for message in messages]
+    kinds = [
+        message.kind or payload_kind(item[1], item[0]) if isinstance(item, tuple) else ""
+        for message, item in zip(messages, decoded, strict=True)
+    ]
     wanted = sorted(
         {
-            str(payload.get("id"))
-            for item in decoded
-            if isinstance(item, tuple)
-            and isinstance(payload := item[1], dict)
-            and payload_kind(payload, item[0]) == "tracked_object_update"
+            str(item[1].get("id"))
+            for item, kind in zip(decoded, kinds, strict=True)
+            if kind == "tracked_object_update" and isinstance(item, tuple) and isinstance(item[1], dict)
         }
     )
     tracks = _stored_tracks(conn, wanted)
     changed: dict[str, Track] = {}
     lines: list[tuple[int, str]] = []
     rejects: list[Rejection] = []
-    for message, item in zip(messages, decoded, strict=True):
+    for message, item, kind in zip(messages, decoded, kinds, strict=True):
         if isinstance(item, str):
             rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), item))
             continue
-        topic, payload = item
-        kind = payload_kind(payload, topic)
+        payload = item[1]
         outcome: Outcome
         if kind == "events":
             track = track_from_event(payload)
@@ -244,11 +246,12 @@ def load_live_messages(
     *,
     source: str,
     resolutions: Mapping[str, Resolution],
+    kind: str | None = None,
 ) -> FrigateReport:
     """One bounded batch from a live source, in one short connection: number, map, load, tally."""
     with connect(Path(db)) as conn:
         first = reserve_line_numbers(conn, source, len(payloads))
-        messages = [FrigateMessage(first + i, raw, topic) for i, (topic, raw) in enumerate(payloads)]
+        messages = [FrigateMessage(first + i, raw, topic, kind) for i, (topic, raw) in enumerate(payloads)]
         report = load_frigate_messages(conn, messages, source=source, resolutions=resolutions)
         record_source_tallies(conn, report)
     return report
@@ -297,7 +300,7 @@ def read_frigate_file(path: Path) -> list[FrigateMessage]:
     stripped = len(text) - len(text.lstrip())
     if text[stripped : stripped + 1] == "[":
         return [
-            FrigateMessage(number, item.encode("utf-8", "surrogateescape"))
+            FrigateMessage(number, item.encode("utf-8", "surrogateescape"), kind="api_event")
             for number, item in _array_items(text, stripped)
         ]
     return [

@@ -1,0 +1,94 @@
+"""`FrigateResource`: Frigate's HTTP API (`/api/events`, `/api/config`) for the pull sensor and the CLI.
+
+Paging `/api/events`: Frigate filters `after`/`before` strictly on `start_time` and orders by `start_time`
+descending unless `sort=date_asc` is asked for (0.14+), with `limit` 100 by default. Pages are asked in ascending
+order after the last start_time fully read; a full page's trailing events sharing its last start_time are asked
+again on the next page (a strict `after` would skip their peers), and a page whose events all share one
+start_time is asked again with a larger limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import httpx
+
+MAX_PAGE_LIMIT = 10_000
+
+
+class FrigateApiError(RuntimeError):
+    """Frigate's API failed or answered something else than expected; the message names the endpoint."""
+
+
+def _start(item: Any, endpoint: str) -> float:
+    value = item.get("start_time") if isinstance(item, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FrigateApiError(f"{endpoint}: an event without a numeric start_time: {str(item)[:200]}")
+    return float(value)
+
+
+class FrigateResource(dg.ConfigurableResource):
+    """Frigate's API at `url` (its internal port, e.g. http://frigate:5000); empty `url` = not configured."""
+
+    url: str = ""
+    timeout_seconds: float = 10.0
+    page_size: int = 100
+
+    @property
+    def base_url(self) -> str:
+        if not self.url.strip():
+            raise FrigateApiError("FRIGATE_URL is not set")
+        return self.url.strip().rstrip("/")
+
+    def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        endpoint = f"{self.base_url}{path}"
+        try:
+            with httpx.Client(timeout=self.timeout_seconds) as client:
+                response = client.get(endpoint, params=params)
+        except httpx.HTTPError as exc:
+            raise FrigateApiError(f"GET {endpoint}: {type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise FrigateApiError(f"GET {endpoint}: HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            return response.json()
+        except ValueError:
+            raise FrigateApiError(f"GET {endpoint}: the answer is not JSON: {response.text[:200]}") from None
+
+    def fetch_config(self) -> dict[str, Any]:
+        """`/api/config`: Frigate's resolved configuration (detect resolutions included)."""
+        config = self._get("/api/config")
+        if not isinstance(config, dict):
+            raise FrigateApiError(f"GET {self.base_url}/api/config: expected an object, got {type(config).__name__}")
+        return config
+
+    def events_after(self, after: float, *, max_items: int = 1000) -> list[dict[str, Any]]:
+        """Events with start_time > `after`, oldest first, at most about `max_items` (whole start_times)."""
+        endpoint = f"{self.base_url}/api/events"
+        items: list[dict[str, Any]] = []
+        cursor, limit = after, self.page_size
+        while len(items) < max_items:
+            page = self._get(
+                "/api/events", {"after": repr(cursor), "limit": limit, "sort": "date_asc", "include_thumbnails": 0}
+            )
+            if not isinstance(page, list):
+                raise FrigateApiError(f"GET {endpoint}: expected a list of events, got {type(page).__name__}")
+            starts = [_start(item, endpoint) for item in page]
+            if len(page) == limit and len(page) > 1 and starts[0] > starts[-1]:
+                raise FrigateApiError(
+                    f"GET {endpoint}: events came newest first although sort=date_asc was asked (Frigate before 0.14?)"
+                )
+            ordered = sorted(zip(starts, page, strict=True), key=lambda pair: pair[0])
+            if len(page) < limit:
+                items.extend(item for _, item in ordered)
+                break
+            last = ordered[-1][0]
+            head = [(start, item) for start, item in ordered if start < last]
+            if not head:  # a full page of one start_time: its peers may be beyond it
+                if limit >= MAX_PAGE_LIMIT:
+                    raise FrigateApiError(f"GET {endpoint}: more than {MAX_PAGE_LIMIT} events start at {last}")
+                limit = min(limit * 2, MAX_PAGE_LIMIT)
+                continue
+            items.extend(item for _, item in head)
+            cursor, limit = head[-1][0], self.page_size
+        return items
