@@ -1,0 +1,40 @@
+"""The rows behind the readable risk report (`cli/report.py` formats them)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import duckdb
+
+
+class ReportRow(NamedTuple):
+    """One batch of the report; the batch and assessment fields are None when not recorded or not assessed."""
+
+    batch_id: str
+    camera_id: str | None
+    close_reason: str | None
+    detection_count: int | None
+    status: str | None
+    risk_score: int | None
+    risk_level: str | None
+    summary: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    context_utilization: float | None
+    latency_ms: float | None
+    sections_removed: list[str] | None
+
+
+def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[ReportRow]:
+    """Each of `batch_ids` with its batch and assessment, by camera and start time; read-only."""
+    if not batch_ids:
+        return []
+    rows = conn.execute(
+        """WITH ids AS (SELECT unnest(?::VARCHAR[]) AS batch_id)
+           SELECT i.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
+                  r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed
+           FROM ids i LEFT JOIN detection_batches b USING (batch_id) LEFT JOIN risk_assessments r USING (batch_id)
+           ORDER BY b.camera_id, b.started_at""",
+        [batch_ids],
+    ).fetchall()
+    return [ReportRow(*row) for row in rows]
