@@ -1,12 +1,10 @@
 """Bulk, idempotent loading of detection files (JSON Lines, optionally gzipped) into DuckDB.
 
 Design (measured with bench/ingest_bench.py; the Python validator alone runs at ~10k lines/s here):
-- A reader thread cuts the file into lines block by block (never the whole file; a line too long to be a record
-  is skipped without being held) and checks each chunk with `core.fast_check` (msgspec, in C). The lines it
-  refuses go to `core.detections.validate_record`, the authoritative validator, which loads them after all or
-  quarantines them with the reason naming the field. The fast check is stricter than the validator, so both
-  always agree on what is loaded (tests/storage/test_ingest.py fuzzes this), and reasons come from one place. The reader
-  then copies the accepted lines into an in-memory DuckDB staging table (the one step that needs the GIL).
+- A reader thread cuts the file into lines and checks each chunk (`storage.line_reader`: the msgspec fast check,
+  then the authoritative validator on what it refuses, which loads them after all or quarantines them with the
+  reason naming the field). The reader then copies the accepted lines into an in-memory DuckDB staging table
+  (the one step that needs the GIL).
 - Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) parse the
   previous chunk's staged lines into a temp table (no WAL) with the checks that are cheaper vectorized
   (`fast_check.finish_sql`), and insert the good rows into `detections` in one transaction per chunk. The plain
@@ -15,13 +13,12 @@ Design (measured with bench/ingest_bench.py; the Python validator alone runs at 
 
 Late detections: a detection is `is_late` when, at the moment it is loaded, its camera already has a recorded
 regular (not fast-path) batch closing after the detection's ts: processing had passed its time when it
-arrived. It still lands in a new batch by the usual rules (see batch_store).
+arrived. It still lands in a new batch by the usual rules (see storage/batches.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import os
 import queue
 import threading
@@ -39,14 +36,22 @@ import duckdb
 import numpy as np
 
 from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, format_ts, truncate_raw, validate_record
-from hsi_dagster.core.fast_check import fast_check, finish_sql
+from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.line_reader import (
+    READ_BLOCK_BYTES,
+    CheckedChunk,
+    Chunker,
+    LongLine,
+    check_chunk,
+    open_binary,
+    read_blocks,
+    validate_refused,
+)
 
 CHUNK_LINES = (
     192_000  # per transaction: over a DuckDB row group (written straight to the file); measured best of 128k-256k
 )
-CHUNK_BYTES = 160 << 20
-READ_BLOCK_BYTES = 4 << 20
 
 
 class IngestError(Exception):
@@ -119,61 +124,6 @@ class IngestReport:
         return "\n".join(out)
 
 
-# ------------------------------------------------------------------------------------------------ checking
-@dataclass
-class _CheckedChunk:
-    """A chunk after the checks that need Python (done on the reader thread): ready for DuckDB."""
-
-    lines: list[bytes]
-    line_nos: np.ndarray
-    columns: dict[str, np.ndarray]  # the lines the fast check accepted: line_no, pos (index into lines), line (str)
-    rescued: list[tuple[int, Detection]]  # refused by the fast check, accepted by the validator
-    rejects: list[Rejection]
-    blank: int
-
-
-def validate_refused(
-    lines: list[bytes],
-    line_nos: np.ndarray,
-    indices: Iterable[int],
-    source: str,
-    rescued: list[tuple[int, Detection]],
-    rejects: list[Rejection],
-) -> None:
-    """The authoritative validator decides on each line a fast check refused: loaded after all, or quarantined
-    with the reason naming the field."""
-    for index in indices:
-        line_no = int(line_nos[index])
-        result = validate_record(lines[index], source=source, line_no=line_no)
-        if isinstance(result, Detection):
-            rescued.append((line_no, result))
-        else:
-            rejects.append(result)
-
-
-def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> _CheckedChunk:
-    """Fast check, then the authoritative validator on every line the fast check did not accept."""
-    fast = fast_check(lines)
-    # As str: DuckDB copies str objects ~3x faster than bytes. msgspec decoded every string of an accepted line,
-    # so it is valid UTF-8; if one were not, the validator would have the last word on it.
-    texts: list[str] = []
-    kept: list[int] = []
-    for index in fast.accepted_at:
-        try:
-            texts.append(lines[index].decode("utf-8"))
-            kept.append(index)
-        except UnicodeDecodeError:  # pragma: no cover - see above
-            fast.refused_at.append(index)
-    rescued: list[tuple[int, Detection]] = []
-    rejects: list[Rejection] = []
-    validate_refused(lines, line_nos, fast.refused_at, source, rescued, rejects)
-    pos = np.array(kept, dtype=np.int64)
-    accepted = np.empty(len(kept), dtype=object)
-    accepted[:] = texts
-    columns = {"line_no": line_nos[pos], "pos": pos, "line": accepted}
-    return _CheckedChunk(lines, line_nos, columns, rescued, rejects, len(fast.blank_at))
-
-
 _INSERT_SQL = """
 INSERT INTO detections (detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment,
                         source, line_no, ingested_at, batch_id, is_late)
@@ -213,7 +163,7 @@ class _Loader:
         self._rejects.append(rejection)
         self.report.lines += 1
 
-    def load_chunk(self, chunk: _CheckedChunk, staged: str | None = None) -> None:
+    def load_chunk(self, chunk: CheckedChunk, staged: str | None = None) -> None:
         """Finish the chunk's checks in SQL (into a temp table: no WAL), then insert it in one transaction.
         `staged` names a table already holding the chunk's columns (copied by the reader thread); else they
         are copied here."""
@@ -329,86 +279,6 @@ class _Loader:
         self.report.quarantined += len(rejects)
 
 
-class _Chunker:
-    """Gathers lines into chunks of about `chunk_lines`, checks each (see check_chunk) and hands it on."""
-
-    def __init__(self, source: str, chunk_lines: int, on_chunk: Any) -> None:
-        self.source = source
-        self.chunk_lines = chunk_lines
-        self.on_chunk = on_chunk
-        self.nos: list[np.ndarray] = []
-        self.lines: list[bytes] = []
-        self.size = 0
-
-    def add(self, nos: np.ndarray, lines: list[bytes]) -> None:
-        """Lines with their line numbers."""
-        self.nos.append(nos)
-        self.lines.extend(lines)
-        self.size += sum(map(len, lines))
-        if len(self.lines) >= self.chunk_lines or self.size >= CHUNK_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.lines:
-            self.on_chunk(check_chunk(np.concatenate(self.nos), self.lines, self.source))
-        self.nos, self.lines, self.size = [], [], 0
-
-
-@contextmanager
-def _open_binary(path: Path) -> Iterator[BinaryIO]:
-    """The file's bytes, gunzipped when it starts with the gzip magic (whatever its name)."""
-    with open(path, "rb") as raw:
-        if raw.peek(2)[:2] == b"\x1f\x8b":
-            with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
-                yield unzipped  # type: ignore[misc]
-        else:
-            yield raw
-
-
-@dataclass
-class _LongLine:
-    line_no: int
-    head: bytes
-    size: int
-
-
-def _read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list[bytes]] | _LongLine]:
-    """Yield (first line number, complete lines) per block, or a _LongLine for a line so long that only its head
-    is kept: the rest is skipped without being held in memory. Memory stays around one block."""
-    line_no = 1
-    carry = b""
-    long_line: _LongLine | None = None
-    while True:
-        block = stream.read(block_bytes)
-        if not block:
-            break
-        if long_line is not None:
-            cut = block.find(b"\n")
-            if cut < 0:
-                long_line.size += len(block)
-                continue
-            long_line.size += cut
-            yield long_line
-            long_line = None
-            line_no += 1
-            block = block[cut + 1 :]
-        data = carry + block if carry else block
-        last = data.rfind(b"\n")
-        if last < 0:
-            carry = data
-        else:
-            lines = data[:last].split(b"\n")
-            carry = data[last + 1 :]
-            yield line_no, lines
-            line_no += len(lines)
-        if len(carry) > MAX_LINE_BYTES + 1:
-            long_line, carry = _LongLine(line_no, carry[: 4 * 4096], len(carry)), b""
-    if long_line is not None:
-        yield long_line
-    elif carry:
-        yield line_no, [carry]
-
-
 class _Stopped(Exception):
     """The consumer gave up (an error while loading): the reader thread ends quietly."""
 
@@ -435,7 +305,7 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
                 continue
         raise _Stopped
 
-    def stage(chunk: _CheckedChunk) -> None:
+    def stage(chunk: CheckedChunk) -> None:
         table = None
         if len(chunk.columns["pos"]):
             table = f"{staging}.chunk_{int(chunk.line_nos[0])}"
@@ -448,10 +318,10 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
 
     def produce() -> None:
         try:
-            chunker = _Chunker(loader.report.source, chunk_lines, stage)
+            chunker = Chunker(loader.report.source, chunk_lines, stage)
             first_block = True
-            for item in _read_blocks(stream, READ_BLOCK_BYTES):
-                if isinstance(item, _LongLine):
+            for item in read_blocks(stream, READ_BLOCK_BYTES):
+                if isinstance(item, LongLine):
                     reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
                     put(("reject", Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason)))
                     continue
@@ -576,7 +446,7 @@ def ingest_files(
             received_at = datetime.now(UTC)
             loader = _Loader(conn, source, received_at)
             try:
-                with _open_binary(path) as stream:
+                with open_binary(path) as stream:
                     _ingest_stream(loader, stream, chunk_lines)
             except (OSError, EOFError, zlib.error) as exc:
                 raise IngestError(f"cannot read {path}: {exc}") from exc
@@ -600,7 +470,7 @@ def ingest_lines(
 
     def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
         loader = _Loader(conn, source, datetime.now(UTC))
-        chunker = _Chunker(source, chunk_lines, loader.load_chunk)
+        chunker = Chunker(source, chunk_lines, loader.load_chunk)
         nos: list[int] = []
         raws: list[bytes] = []
         for line_no, line in enumerate(lines, start=1):

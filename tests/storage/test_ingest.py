@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from hsi_dagster.core.detections import Detection, Rejection, validate_record
 from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
-from hsi_dagster.storage.ingest import IngestError, already_ingested, check_chunk, ingest_files, ingest_lines
+from hsi_dagster.storage.ingest import IngestError, already_ingested, ingest_files, ingest_lines
+from hsi_dagster.storage.line_reader import check_chunk
 from hsi_dagster.synthetic.streams import bad_lines, encode_record, simulate, write_jsonl
 
 START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
@@ -375,7 +376,7 @@ def fast_path(lines: list[str]) -> list[dict]:
         conn.register("_hsi_columns", chunk.columns)
         cursor = conn.execute(finish_sql("_hsi_columns"))
         names = [d[0] for d in cursor.description]
-        accepted = {row["pos"]: row for row in (dict(zip(names, values)) for values in cursor.fetchall())}
+        accepted = {row["pos"]: row for row in (dict(zip(names, values, strict=True)) for values in cursor.fetchall())}
     return [accepted.get(i, {"ok": False, "line_no": i}) for i in range(len(lines))]
 
 
@@ -399,7 +400,7 @@ def assert_agrees(sql_row: dict, text: str) -> None:
 
 
 def test_fast_path_accepts_the_simulated_corpus_with_the_validators_values() -> None:
-    for row, text in zip(fast_path(CORPUS), CORPUS):
+    for row, text in zip(fast_path(CORPUS), CORPUS, strict=True):
         assert row["ok"], text
         assert_agrees(row, text)
 
@@ -418,7 +419,7 @@ def test_fast_path_refuses_every_generated_bad_line() -> None:
 @given(st.lists(mutated_lines(), min_size=1, max_size=40))
 def test_fast_path_never_accepts_what_the_validator_refuses(lines: list[str]) -> None:
     lines = [line for line in lines if _is_utf8(line)]
-    for row, text in zip(fast_path(lines), lines):
+    for row, text in zip(fast_path(lines), lines, strict=True):
         assert_agrees(row, text)
 
 
