@@ -24,7 +24,14 @@ from hsi_dagster.resources import (
     LlamaServerResource,
     PipelineSettingsResource,
 )
-from hsi_dagster.sensors import batch_window_sensor, high_risk_alert_sensor, inbox_sensor, unassessed_fast_path_sensor
+from hsi_dagster.resources.frigate import FrigateResource
+from hsi_dagster.sensors import (
+    batch_window_sensor,
+    frigate_events_sensor,
+    high_risk_alert_sensor,
+    inbox_sensor,
+    unassessed_fast_path_sensor,
+)
 from hsi_dagster.settings import HsiSettings, load_settings
 
 
@@ -62,6 +69,12 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
         "alert_webhook": AlertWebhookResource(
             url=settings.ALERT_WEBHOOK_URL, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS
         ),
+        "frigate": FrigateResource(
+            url=settings.FRIGATE_URL or "",
+            timeout_seconds=settings.FRIGATE_API_TIMEOUT_SECONDS,
+            page_size=settings.FRIGATE_API_PAGE_SIZE,
+            settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
+        ),
         "pipeline_settings": PipelineSettingsResource(),
     }
 
@@ -69,7 +82,13 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
 defs = dg.Definitions(
     assets=[detections, detection_batches, enriched_contexts, budgeted_prompts, risk_assessments],
     jobs=[batch_pipeline_job, ingest_job, partition_retention_job],
-    sensors=[batch_window_sensor, inbox_sensor, high_risk_alert_sensor, unassessed_fast_path_sensor],
+    sensors=[
+        batch_window_sensor,
+        inbox_sensor,
+        high_risk_alert_sensor,
+        unassessed_fast_path_sensor,
+        frigate_events_sensor,
+    ],
     schedules=[partition_retention_schedule],
     resources=build_resources(load_settings()),
 )

@@ -1,5 +1,6 @@
 """Sensors: closed batch windows -> runs; inbox files -> ingest runs; risky assessments -> alerts."""
 
+import json
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -10,12 +11,15 @@ import dagster as dg
 from hsi_dagster.assets.ingest import IngestConfig
 from hsi_dagster.core.batch_policy import BatchHistory, PastRun, WindowCursor, history_from_runs, plan_tick
 from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.frigate import ApiCursor, plan_api_pull
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.db import DatabaseNotFound
+from hsi_dagster.storage.frigate import load_live_messages
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
@@ -143,3 +147,50 @@ def unassessed_fast_path_sensor(
         alert = unassessed_fast_path_alert(conn, batch_id)
         if alert:
             alert_webhook.raise_alert(conn, alert)
+
+
+# ------------------------------------------------------------------------------------------------ Frigate pull
+FRIGATE_MAX_EVENTS_PER_TICK = 1000
+FRIGATE_MAX_HOLD_SECONDS = 3600.0  # an event still in progress after this long is pulled as it is
+
+
+def _frigate_default_status() -> dg.DefaultSensorStatus:
+    """On by default only when FRIGATE_URL is set where the code location loads (turn it on in the UI otherwise)."""
+    from hsi_dagster.settings import load_settings
+
+    try:
+        configured = bool(load_settings().FRIGATE_URL)
+    except Exception:  # a bad .env is reported by the definitions themselves
+        configured = False
+    return dg.DefaultSensorStatus.RUNNING if configured else dg.DefaultSensorStatus.STOPPED
+
+
+@dg.sensor(minimum_interval_seconds=30, default_status=_frigate_default_status())
+def frigate_events_sensor(
+    context: dg.SensorEvaluationContext, frigate: FrigateResource, duckdb: HsiDuckDBResource
+) -> dg.SkipReason:
+    """Frigate's /api/events after the cursor -> detections (contract section 5), each event once, after it ended
+    (core.frigate.plan_api_pull); a failed write leaves the cursor where it was, so the next tick retries."""
+    if not frigate.url.strip():
+        return dg.SkipReason("FRIGATE_URL is not set")
+    cursor = ApiCursor.from_json(context.cursor)
+    events = frigate.events_after(cursor.after, max_items=FRIGATE_MAX_EVENTS_PER_TICK)
+    plan = plan_api_pull(
+        events,
+        cursor,
+        now=time.time(),
+        settle_seconds=frigate.settle_seconds,
+        max_hold_seconds=FRIGATE_MAX_HOLD_SECONDS,
+    )
+    summary = "nothing new"
+    if plan.ready:
+        report = load_live_messages(
+            duckdb.database,
+            [(None, json.dumps(event)) for event in plan.ready],
+            source=f"{frigate.base_url}/api/events",
+            resolutions={},  # an API event's box is relative to its frame already
+            kind="api_event",
+        )
+        summary = report.summary()
+    context.update_cursor(plan.cursor.to_json())
+    return dg.SkipReason(f"{len(events)} events read, {plan.waiting} still in progress; {summary}")

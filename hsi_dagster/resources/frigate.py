@@ -34,6 +34,7 @@ class FrigateResource(dg.ConfigurableResource):
     url: str = ""
     timeout_seconds: float = 10.0
     page_size: int = 100
+    settle_seconds: float = 60.0  # the pull waits this long after an event ends (its description comes then)
 
     @property
     def base_url(self) -> str:
