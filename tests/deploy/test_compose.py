@@ -92,7 +92,8 @@ def test_vllm_is_behind_its_profile(compose):
     assert all(str(p).startswith("127.0.0.1:") for p in vllm["ports"])
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert ":latest" not in vllm["image"]
-    assert all("profiles" not in s for n, s in compose["services"].items() if n != "ai-llm-vllm")
+    behind_profiles = ("ai-llm-vllm", "frigate-listen")
+    assert all("profiles" not in s for n, s in compose["services"].items() if n not in behind_profiles)
 
 
 def test_state_lives_in_named_volumes_with_the_names_the_run_launcher_uses(compose, instance_config):
@@ -149,3 +150,15 @@ def test_dagster_services(compose):
     assert 'dagster instance concurrency set llama_slots "$${PARALLEL:-2}"' in init
     assert services["dagster-code"]["depends_on"]["dagster-init"]["condition"] == "service_completed_successfully"
     assert services["postgres"]["healthcheck"]["test"][1].startswith("pg_isready")
+
+
+def test_frigate_listener_service(compose):
+    """`hsi frigate listen` runs from the project's image behind its profile, health-checked by its status file."""
+    listen = compose["services"]["frigate-listen"]
+    assert listen["profiles"] == ["frigate"]
+    assert listen["command"][:3] == ["hsi", "frigate", "listen"]
+    status_file = listen["command"][listen["command"].index("--status-file") + 1]
+    check = listen["healthcheck"]["test"]
+    assert check[1:4] == ["hsi", "frigate", "status"] and status_file in check
+    assert "hsi-duckdb:/data" in listen["volumes"] and listen["image"] == compose["services"]["dagster-code"]["image"]
+    assert "ports" not in listen and ".env" in listen["env_file"]
