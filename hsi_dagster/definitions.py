@@ -16,7 +16,15 @@ from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.jobs import batch_pipeline_job, ingest_job, partition_retention_job, partition_retention_schedule
+from hsi_dagster.assets.timeline import risk_timeline
+from hsi_dagster.jobs import (
+    batch_pipeline_job,
+    ingest_job,
+    partition_retention_job,
+    partition_retention_schedule,
+    risk_timeline_job,
+    risk_timeline_schedule,
+)
 from hsi_dagster.resources import (
     AlertWebhookResource,
     EnrichmentResource,
@@ -80,8 +88,8 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
 
 
 defs = dg.Definitions(
-    assets=[detections, detection_batches, enriched_contexts, budgeted_prompts, risk_assessments],
-    jobs=[batch_pipeline_job, ingest_job, partition_retention_job],
+    assets=[detections, detection_batches, enriched_contexts, budgeted_prompts, risk_assessments, risk_timeline],
+    jobs=[batch_pipeline_job, ingest_job, partition_retention_job, risk_timeline_job],
     sensors=[
         batch_window_sensor,
         inbox_sensor,
@@ -89,6 +97,6 @@ defs = dg.Definitions(
         unassessed_fast_path_sensor,
         frigate_events_sensor,
     ],
-    schedules=[partition_retention_schedule],
+    schedules=[partition_retention_schedule, risk_timeline_schedule],
     resources=build_resources(load_settings()),
 )

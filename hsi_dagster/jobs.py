@@ -9,7 +9,8 @@ from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
+from hsi_dagster.assets.timeline import risk_timeline
+from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_ids_closed_before
 from hsi_dagster.storage.db import DatabaseNotFound
@@ -66,3 +67,27 @@ partition_retention_schedule = dg.ScheduleDefinition(
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster only.",
 )
+
+
+risk_timeline_job = dg.define_asset_job(
+    "risk_timeline_job",
+    selection=[risk_timeline],
+    partitions_def=daily_partitions,
+    executor_def=dg.in_process_executor,
+    description="Draw the risk timeline and summary of one day (UTC).",
+)
+
+
+@dg.schedule(
+    job=risk_timeline_job,
+    cron_schedule="5 * * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)
+def risk_timeline_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
+    """Every hour: redraw today's timeline; in the first hour of a day, also yesterday's, now complete."""
+    now = (context.scheduled_execution_time or datetime.now(UTC)).astimezone(UTC)
+    days = [now.date() - timedelta(days=1), now.date()] if now.hour == 0 else [now.date()]
+    return [
+        dg.RunRequest(run_key=f"{day.isoformat()}@{now:%Y-%m-%dT%H}", partition_key=day.isoformat()) for day in days
+    ]
