@@ -47,11 +47,6 @@ DEFAULT_MARGIN_MIB = 1024  # llama.cpp --fit-target default: free memory it leav
 DEFAULT_CUDA_OVERHEAD_MIB = 400  # CUDA context + cuBLAS workspace, not in llama.cpp's buffer sizes
 RECURRENT_STATE_BYTES = 4  # Mamba conv/SSM state is always f32
 
-# Expert tensors as llama.cpp's --n-cpu-moe names them: blk.N.ffn_{up,down,gate,gate_up}_{,ch}exps.*
-EXPERT_TENSOR = re.compile(r"^blk\.(\d+)\.ffn_(up|down|gate|gate_up)_(ch)?exps\b")
-LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.")
-PURE_RECURRENT_ARCHS = ("mamba", "mamba2")
-
 CACHE_TYPE_TO_GGML = {
     "f32": gguf.GGMLQuantizationType.F32,
     "f16": gguf.GGMLQuantizationType.F16,
