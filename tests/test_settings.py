@@ -55,6 +55,22 @@ DEFAULTS: dict[str, object] = {
     "FAST_PATH_CONFIDENCE": 0.90,
     "ALERT_WEBHOOK_URL": None,
     "ALERT_COOLDOWN_SECONDS": 600.0,
+    "FRIGATE_URL": None,
+    "FRIGATE_CONFIG_PATH": None,
+    "FRIGATE_API_TIMEOUT_SECONDS": 10.0,
+    "FRIGATE_API_PAGE_SIZE": 100,
+    "FRIGATE_API_SETTLE_SECONDS": 60.0,
+    "FRIGATE_TOPIC_PREFIX": "frigate",
+    "FRIGATE_BATCH_SIZE": 100,
+    "FRIGATE_BATCH_SECONDS": 2.0,
+    "MQTT_HOST": "127.0.0.1",
+    "MQTT_PORT": 1883,
+    "MQTT_USERNAME": None,
+    "MQTT_PASSWORD": None,
+    "MQTT_TLS": False,
+    "MQTT_CA_FILE": None,
+    "MQTT_CLIENT_ID": "hsi-frigate-listen",
+    "MQTT_SESSION_EXPIRY_SECONDS": 7 * 86400,
 }
 
 
