@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,6 +16,20 @@ DEMO_DB = "data/demo.duckdb"
 # door, a vehicle break-in, wildlife and passing cars in ~13 batches (SmolLM2 on 2 CPU cores: ~10-25 s each).
 DEMO_SEGMENTS = ((21, 7), (23, 11))
 DEMO_EVENTS_PER_HOUR = 15
+
+
+def _frigate_resolutions(settings: HsiSettings, files: Sequence[str], config: str | None) -> dict[str, tuple[int, int]]:
+    """Detect resolutions for a Frigate demo (cli/frigate.load_resolutions), after checking the files exist."""
+    if not files:
+        return {}
+    from hsi_dagster.cli.frigate import FrigateUsageError, load_resolutions
+
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise FrigateUsageError(f"--frigate: no such file {missing[0]}")
+    if all(Path(f).read_bytes()[:64].lstrip().startswith(b"[") for f in files):
+        return {}  # /api/events answers: their boxes are relative already
+    return load_resolutions(settings, config)
 
 
 def _server_is_up(url: str, api_key: str | None) -> bool:
@@ -30,7 +45,16 @@ def _server_is_up(url: str, api_key: str | None) -> bool:
         client.close()
 
 
-def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> int:
+def run_demo(
+    settings: HsiSettings,
+    *,
+    seed: int = 0,
+    minutes: float = 10.0,
+    frigate: Sequence[str] = (),
+    frigate_config: str | None = None,
+) -> int:
+    """The demo on simulated detections, or on a recorded Frigate night (`frigate` files, README "Frigate input")."""
+    resolutions = _frigate_resolutions(settings, frigate, frigate_config)  # refused before anything starts
     from hsi_dagster.cli.instance import ensure_dagster_home
     from hsi_dagster.cli.process import process
     from hsi_dagster.cli.report import build_report
@@ -62,8 +86,11 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
             events_per_hour=DEMO_EVENTS_PER_HOUR,
         )
     ]
-    count = write_jsonl(sample, records)
-    print(f"1/4 simulated {count} detections: two {minutes:g}-minute segments of last night -> {sample}")
+    if frigate:
+        print(f"1/4 a recorded Frigate night instead of a simulation: {', '.join(map(str, frigate))}")
+    else:
+        count = write_jsonl(sample, records)
+        print(f"1/4 simulated {count} detections: two {minutes:g}-minute segments of last night -> {sample}")
 
     server = None
     url = settings.llm_urls[0]
@@ -78,8 +105,14 @@ def run_demo(settings: HsiSettings, *, seed: int = 0, minutes: float = 10.0) -> 
             f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})"
         )
     try:
-        report = ingest_files(str(db), [sample], settings=settings)
-        print(f"3/4 ingested: {report.loaded} loaded, {report.quarantined} quarantined")
+        if frigate:
+            from hsi_dagster.storage.frigate import import_frigate_files
+
+            imported = import_frigate_files(str(db), frigate, resolutions=resolutions)
+            print("3/4 imported the Frigate night:\n    " + imported.summary().replace("\n", "\n    "))
+        else:
+            report = ingest_files(str(db), [sample], settings=settings)
+            print(f"3/4 ingested: {report.loaded} loaded, {report.quarantined} quarantined")
         print(f"4/4 processing closed batches through Dagster (DAGSTER_HOME={home}) ...", flush=True)
         done = [0]
 

@@ -183,8 +183,18 @@ def cmd_metrics_serve(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from hsi_dagster.cli.demo import run_demo
+    from hsi_dagster.cli.frigate import FrigateUsageError
 
-    return run_demo(_settings(args), seed=args.seed, minutes=args.minutes)
+    try:
+        return run_demo(
+            _settings(args),
+            seed=args.seed,
+            minutes=args.minutes,
+            frigate=args.frigate or (),
+            frigate_config=args.frigate_config,
+        )
+    except FrigateUsageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_frigate(args: argparse.Namespace) -> int:
@@ -270,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_db(sub.add_parser("demo", help="sample detections -> embedded server -> pipeline -> risk report"))
     p.add_argument("--seed", type=int, default=0, help="offset added to the demo's scenario seeds")
     p.add_argument("--minutes", type=float, default=10.0, help="minutes of simulated activity per segment")
+    p.add_argument("--frigate", nargs="+", metavar="FILE", help="run on a recorded Frigate night instead")
+    p.add_argument("--frigate-config", metavar="CONFIG", help="Frigate's config.yml for --frigate")
     p.set_defaults(func=cmd_demo)
 
     from hsi_dagster.cli.frigate import add_frigate_parser
