@@ -124,3 +124,18 @@ def test_hsi_frigate_import_on_the_command_line(tmp_path: Path, monkeypatch: pyt
         monkeypatch.setenv("FRIGATE_URL", url)
         assert main(["frigate", "import", "--db", str(tmp_path / "other.duckdb"), str(mqtt)]) == 0
     assert "18 detections loaded" in capsys.readouterr().out and ("/api/config", {}) in fake.requests
+
+
+def test_hsi_demo_on_a_frigate_night_refuses_bad_arguments_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("HSI_ENV_FILE", str(tmp_path / "no.env"))
+    monkeypatch.setenv("HSI_DUCKDB_PATH", str(tmp_path / "unused.duckdb"))
+    for name in ("FRIGATE_URL", "FRIGATE_CONFIG_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    db = str(tmp_path / "demo.duckdb")
+    assert main(["demo", "--db", db, "--frigate", str(tmp_path / "none.jsonl")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["demo", "--db", db, "--frigate", str(FIXTURE / "frigate-night.jsonl")]) == 2
+    assert "--frigate-config" in capsys.readouterr().err
+    assert not Path(db).exists()
