@@ -5,59 +5,36 @@ import json
 
 import dagster as dg
 
+from hsi_dagster.assets.checks import (
+    MODEL_LEVEL,
+    SERVER_TOKENS,
+    STORED_VALID,
+    model_level_matches_score,
+    server_prompt_tokens_within_budget,
+    stored_assessment_valid,
+)
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment, level_for_score, parse_assessment, repair_messages
+from hsi_dagster.core.assessment import OK, AssessmentOutcome, assess
+from hsi_dagster.core.risk import RISK_JSON_SCHEMA
 from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_camera_id
-from hsi_dagster.storage.pipeline_tables import count_assessments, load_prompt, save_assessment
-
-SCHEMA_VALID = "output_matches_schema"
-LEVEL_CONSISTENT = "level_matches_score"
-ONE_ROW = "one_assessment_per_batch"
-WITHIN_SLOT = "prompt_within_budget"
+from hsi_dagster.storage.pipeline_tables import load_assessment, load_prompt, save_assessment
 
 LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
-def _validates(assessment: dict) -> bool:
-    try:
-        RiskAssessment.model_validate(assessment)
-        return True
-    except ValueError:
-        return False
+def assess_on_server(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> AssessmentOutcome[ChatResult]:
+    """The call-and-repair loop (core/assessment.py) with llama-server's schema-constrained chat as the call."""
+    return assess(messages, lambda chat: llm.chat_json(chat, RISK_JSON_SCHEMA, max_tokens=max_tokens))
 
 
 def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> tuple[dict, list[ChatResult]]:
-    """One call, and one repair call if the reply cannot be used. Returns the row fields and the calls made."""
-    first = llm.chat_json(messages, RISK_JSON_SCHEMA, max_tokens=max_tokens)
-    calls = [first]
-    parsed = parse_assessment(first.content)
-    if not parsed.ok:
-        second = llm.chat_json(
-            repair_messages(messages, first.content, parsed.error or "invalid"), RISK_JSON_SCHEMA, max_tokens=max_tokens
-        )
-        calls.append(second)
-        retry = parse_assessment(second.content)
-        if retry.ok:
-            parsed = retry
-    if not parsed.ok:
-        return {"status": "invalid_output", "error": parsed.error, "raw_output": calls[-1].content}, calls
-    assessment = parsed.assessment
-    assert assessment is not None
-    return {
-        "status": "ok",
-        "risk_score": assessment.risk_score,
-        "risk_level": assessment.risk_level,
-        "model_risk_level": parsed.model_level,
-        "summary": assessment.summary,
-        "reasoning": assessment.reasoning,
-        "assessment": assessment.model_dump(mode="json"),
-        "raw_output": calls[-1].content,
-        "error": "; ".join(parsed.warnings) or None,
-    }, calls
+    """The row fields and the replies; the form assets/evaluation.py still imports (prefer assess_on_server)."""
+    outcome = assess_on_server(llm, messages, max_tokens)
+    return outcome.fields(), outcome.replies
 
 
 @dg.asset(
@@ -69,13 +46,17 @@ def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> 
     retry_policy=LLM_RETRY_POLICY,
     check_specs=[
         dg.AssetCheckSpec(
-            SCHEMA_VALID, asset="risk_assessments", description="The stored output validates against the risk schema"
+            STORED_VALID,
+            asset="risk_assessments",
+            description="The row as read back: its JSON validates against the schema sent to the server and agrees "
+            "with the columns; the level is the band of the score",
         ),
-        dg.AssetCheckSpec(LEVEL_CONSISTENT, asset="risk_assessments", description="risk_level follows from risk_score"),
         dg.AssetCheckSpec(
-            ONE_ROW, asset="risk_assessments", blocking=True, description="Exactly one row for the batch"
+            MODEL_LEVEL, asset="risk_assessments", description="The model's own risk_level is the band of its score"
         ),
-        dg.AssetCheckSpec(WITHIN_SLOT, asset="risk_assessments", description="Server-counted prompt tokens <= budget"),
+        dg.AssetCheckSpec(
+            SERVER_TOKENS, asset="risk_assessments", description="Server-counted prompt tokens <= budget"
+        ),
     ],
 )
 def risk_assessments(
@@ -101,7 +82,7 @@ def risk_assessments(
     }
     try:
         info = llm.ensure_ready()
-        fields, calls = _assess(llm, messages, settings.NEMOTRON_MAX_OUTPUT_TOKENS)
+        outcome = assess_on_server(llm, messages, settings.NEMOTRON_MAX_OUTPUT_TOKENS)
     except (LlamaServerUnavailable, SchemaNotEnforced) as exc:
         # Nothing is written: the batch stays unassessed, the step is retried, and the sensor asks again later.
         raise dg.Failure(
@@ -114,11 +95,12 @@ def risk_assessments(
             description=f"batch {batch_id}: the server rejected the prompt: {exc}", allow_retries=False
         ) from exc
 
-    last = calls[-1]
+    fields = outcome.fields()
+    calls = outcome.replies
     row = {
         **base_row,
         **fields,
-        "model": short_model_name(last.model or info.model),
+        "model": short_model_name(calls[-1].model or info.model),
         "prompt_tokens": calls[0].usage.prompt_tokens,
         "completion_tokens": sum(call.usage.completion_tokens for call in calls),
         "cached_tokens": calls[0].usage.cached_tokens,
@@ -127,12 +109,11 @@ def risk_assessments(
     }
     with duckdb.get_connection() as conn:
         save_assessment(conn, row)
-        rows_for_batch = count_assessments(conn, batch_id)
-    if fields["status"] != "ok":
+    with duckdb.get_connection() as conn:
+        stored = load_assessment(conn, batch_id)
+    if fields["status"] != OK:
         context.log.warning(f"batch {batch_id}: output invalid after one repair attempt: {fields['error']}")
 
-    schema_ok = fields["status"] == "ok" and _validates(fields["assessment"])
-    level_ok = fields["status"] == "ok" and level_for_score(fields["risk_score"]) == fields["risk_level"]
     return dg.MaterializeResult(
         metadata={
             "camera_id": camera_id,
@@ -149,24 +130,8 @@ def risk_assessments(
             "model": row["model"],
         },
         check_results=[
-            dg.AssetCheckResult(
-                check_name=SCHEMA_VALID,
-                passed=schema_ok,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={"status": fields["status"]},
-            ),
-            dg.AssetCheckResult(
-                check_name=LEVEL_CONSISTENT,
-                passed=level_ok,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={"model_risk_level": str(fields.get("model_risk_level"))},
-            ),
-            dg.AssetCheckResult(check_name=ONE_ROW, passed=rows_for_batch == 1, metadata={"rows": rows_for_batch}),
-            dg.AssetCheckResult(
-                check_name=WITHIN_SLOT,
-                passed=row["context_utilization"] <= 1.0,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={"prompt_tokens": row["prompt_tokens"], "budget": prompt["context_budget"]},
-            ),
+            stored_assessment_valid(stored),
+            model_level_matches_score(stored),
+            server_prompt_tokens_within_budget(stored),
         ],
     )

@@ -4,7 +4,8 @@ import dagster as dg
 
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.core.camera_profiles import load_camera_profiles
-from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES, build_context
+from hsi_dagster.core.enrichment import build_context
+from hsi_dagster.core.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import load_batch

@@ -4,16 +4,16 @@ import hashlib
 
 import dagster as dg
 
+from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
+from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
 from hsi_dagster.core.prompt import build_sections
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
-from hsi_dagster.storage.pipeline_tables import load_context_json, save_prompt
+from hsi_dagster.storage.pipeline_tables import load_context_json, load_prompt, save_prompt
 
-UTILIZATION_CHECK = "utilization_within_budget"
 PREVIEW_CHARS = 6000
 _counter: TokenCounter | None = None
 
@@ -33,10 +33,10 @@ def token_counter() -> TokenCounter:
     kinds={"duckdb"},
     check_specs=[
         dg.AssetCheckSpec(
-            UTILIZATION_CHECK,
+            PROMPT_FITS,
             asset="budgeted_prompts",
             blocking=True,
-            description="The prompt fits its slot: utilization <= 1.0",
+            description="The stored messages, re-encoded whole and scaled by the token ratio, fit the budget",
         )
     ],
 )
@@ -51,19 +51,17 @@ def budgeted_prompts(
     settings = pipeline_settings.get()
     with duckdb.get_connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
-    live_slot = llm.live_slot_context()
-    slot_context, source = (
-        (live_slot, "server /props per-slot n_ctx")
-        if live_slot
-        else (settings.slot_context, "settings CTX_SIZE / PARALLEL")
+    choice = choose_budget(
+        llm.live_slot_context,
+        configured_slot_context=settings.slot_context,
+        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+        safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
+        token_ratio=settings.PROMPT_TOKEN_RATIO,
     )
-    # The budget is in tokens of the served model; cl100k estimates are scaled by the calibrated ratio to fit it.
-    budget = prompt_budget(slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS)
-    estimate_budget = int(budget / settings.PROMPT_TOKEN_RATIO)
     fitted = fit_to_budget(
         build_sections(enriched),
         camera_profile_text(enriched.camera_profile),
-        estimate_budget,
+        choice.estimate_budget,
         token_counter(),
         batch_id=context.partition_key,
     )
@@ -77,22 +75,24 @@ def budgeted_prompts(
             messages=fitted.messages,
             tokens_estimate=fitted.tokens_after,
             tokens_before=fitted.tokens_before,
-            budget=budget,
-            budget_source=source,
+            budget=choice.budget,
+            budget_source=choice.source,
             utilization=fitted.utilization,
             sections_removed=fitted.sections_removed,
             static_prefix_sha256=prefix_hash,
         )
+    with duckdb.get_connection() as conn:
+        stored = load_prompt(conn, context.partition_key)
     user_text = fitted.messages[-1]["content"]
     return dg.MaterializeResult(
         metadata={
             "prompt_tokens_estimate": fitted.tokens_after,
             "tokens_before_budgeting": fitted.tokens_before,
-            "context_budget": budget,
-            "estimate_budget_cl100k": estimate_budget,
-            "prompt_token_ratio": settings.PROMPT_TOKEN_RATIO,
-            "budget_source": source,
-            "slot_context": slot_context,
+            "context_budget": choice.budget,
+            "estimate_budget_cl100k": choice.estimate_budget,
+            "prompt_token_ratio": choice.token_ratio,
+            "budget_source": choice.source,
+            "slot_context": choice.slot_context,
             "context_utilization": round(fitted.utilization, 4),
             "sections_removed": ", ".join(fitted.sections_removed) or "none",
             "sections_shortened": ", ".join(fitted.sections_shortened) or "none",
@@ -100,10 +100,6 @@ def budgeted_prompts(
             "prompt_preview": dg.MetadataValue.md(f"```\n{user_text[:PREVIEW_CHARS]}\n```"),
         },
         check_results=[
-            dg.AssetCheckResult(
-                check_name=UTILIZATION_CHECK,
-                passed=fitted.utilization <= 1.0,
-                metadata={"utilization": round(fitted.utilization, 4), "budget": budget},
-            )
+            prompt_fits_budget(stored["messages"], stored["context_budget"], choice.token_ratio, token_counter())
         ],
     )

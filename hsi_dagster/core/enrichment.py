@@ -4,10 +4,11 @@ Pure code (no Dagster, no I/O). The context is what the prompt renders; it is st
 (`enriched_contexts.context`), so `EnrichedContext.to_json()` / `from_json()` round-trip it.
 
 Choices (documented here because the prompt and the tests rely on them):
-- Quality levels decide which enrichment types are used at all (`QUALITY_LEVEL_TYPES`). "standard" drops the
-  four types the reference system values least (depth, pose, action, pet: the head of the removal order) and
-  keeps what most changes a risk judgement: captions, CLIP classes, weather, vehicle, clothing, violence, re-id.
-  Detections and scene analysis are always included; "minimal" adds Florence captions only.
+- Quality levels decide which enrichment types are used at all (`QUALITY_LEVEL_TYPES`, derived from the one
+  table of sections in `core/sections.py`). "standard" drops the four types the reference system values least
+  (depth, pose, action, pet: the head of the removal order) and keeps what most changes a risk judgement:
+  captions, CLIP classes, weather, vehicle, clothing, violence, re-id. Detections and scene analysis are always
+  included; "minimal" adds Florence captions only.
 - Florence-2 "repeat": see `content_tokens` and `is_repeat`. A region caption is dropped when >= 80 % of its
   content tokens already occur in the same detection's global or dense caption (the global caption likewise when
   the dense caption covers it); any caption whose content-token set equals one already kept for the same track
@@ -31,38 +32,14 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from hsi_dagster.core.camera_profiles import CameraProfile
-
-ENRICHMENT_TYPES: tuple[str, ...] = (
-    "florence",
-    "clip",
-    "pose",
-    "action",
-    "pet",
-    "weather",
-    "vehicle",
-    "clothing",
-    "violence",
-    "reid",
-    "depth",
+from hsi_dagster.core.sections import (  # the one definition of the sections; re-exported here
+    BATCH_SCOPED_TYPES,
+    ENRICHMENT_TYPES,
+    OBSERVATION_FIELDS,
+    QUALITY_LEVEL_TYPES,
+    QualityLevel,
 )
-QUALITY_LEVEL_TYPES: dict[str, tuple[str, ...]] = {
-    "full": ENRICHMENT_TYPES,
-    "standard": ("florence", "clip", "weather", "vehicle", "clothing", "violence", "reid"),
-    "minimal": ("florence",),
-}
-# Contract section 1 keys of the types rendered generically; other keys are ignored (bounded prompt).
-OBSERVATION_FIELDS: dict[str, tuple[str, ...]] = {
-    "pose": ("posture", "score"),
-    "action": ("label", "score"),
-    "pet": ("species", "score"),
-    "weather": ("condition", "visibility"),
-    "vehicle": ("type", "color", "plate", "damage"),
-    "clothing": ("description", "suspicious"),
-    "violence": ("score",),
-    "reid": ("identity", "known", "seen_before", "score"),
-    "depth": ("distance_m",),
-}
-BATCH_SCOPED_TYPES = frozenset({"weather"})  # one condition for the whole scene, not per track
+
 HIGH_VALUE_LABELS = frozenset({"person"})
 
 MAX_TEXT_CHARS = 300  # one caption / field value; bounds the prompt whatever the camera sends
@@ -72,7 +49,12 @@ REPEAT_THRESHOLD = 0.80
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 STOPWORDS = frozenset(
-    ["a", "an", "the", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "from", "with", "without", "into", "onto", "over", "under", "near", "next", "beside", "behind", "off", "out", "up", "down", "around", "through", "toward", "towards", "across", "along", "against", "between", "is", "are", "was", "were", "be", "been", "being", "am", "has", "have", "had", "do", "does", "did", "it", "its", "it's", "this", "that", "these", "those", "there", "here", "he", "she", "they", "them", "his", "her", "their", "him", "we", "us", "our", "you", "your", "i", "me", "my", "as", "while", "who", "which", "what", "where", "when", "some", "any", "one", "two", "several", "other", "another", "very", "also", "just", "can", "could", "may", "might", "appears", "appear", "seems", "seem", "seen", "visible", "image", "picture", "photo", "frame", "shows", "show", "showing", "shown", "view", "scene", "camera"]
+    "a an the and or but of to in on at by for from with without into onto over under near next beside behind off "
+    "out up down around through toward towards across along against between is are was were be been being am has "
+    "have had do does did it its it's this that these those there here he she they them his her their him we us "
+    "our you your i me my as while who which what where when some any one two several other another very also "
+    "just can could may might appears appear seems seem seen visible image picture photo frame shows show showing "
+    "shown view scene camera".split()
 )
 
 
@@ -230,7 +212,7 @@ class Observation(GroupRef):
 
 class EnrichedContext(_Model):
     batch: BatchInfo
-    quality_level: Literal["full", "standard", "minimal"]
+    quality_level: QualityLevel
     types_included: list[str]
     missing_types: list[str]
     camera_profile: CameraProfile | None = None
@@ -463,7 +445,15 @@ def _summarise_florence(dets: list[_Det]) -> FlorenceSummary | None:
         if kept["captions"] or kept["dense_captions"] or kept["regions"]:
             acc = _GroupAcc()
             acc.add(det)
-            entries.append(FlorenceEntry(**acc.ref(), ts=det.ts, **kept))
+            entries.append(
+                FlorenceEntry(
+                    **acc.ref(),
+                    ts=det.ts,
+                    captions=kept["captions"],
+                    dense_captions=kept["dense_captions"],
+                    regions=kept["regions"],
+                )
+            )
     if not found:
         return None
     return FlorenceSummary(

@@ -114,6 +114,13 @@ def save_assessment(conn, row: dict[str, Any]) -> None:
     _replace(conn, "risk_assessments", row)
 
 
+def load_assessment(conn, batch_id: str) -> dict[str, Any] | None:
+    """The stored risk_assessments row of a batch, every column as read back (JSON columns still text), or None."""
+    cursor = conn.execute("SELECT * FROM risk_assessments WHERE batch_id = ?", [batch_id])
+    row = cursor.fetchone()
+    return None if row is None else dict(zip([d[0] for d in cursor.description], row))
+
+
 def count_assessments(conn, batch_id: str) -> int:
     return conn.execute("SELECT count(*) FROM risk_assessments WHERE batch_id = ?", [batch_id]).fetchone()[0]
 

@@ -71,7 +71,7 @@ def test_batches_respect_window_idle_and_fast_path(items: list[DetectionRef]) ->
             continue
         assert not any(RULES.is_fast_path(m) for m in members)
         assert batch.last_ts - batch.started_at < WINDOW
-        assert all(b.ts - a.ts < IDLE for a, b in zip(members, members[1:]))
+        assert all(b.ts - a.ts < IDLE for a, b in zip(members, members[1:], strict=False))
         by_window, by_idle = batch.started_at + WINDOW, batch.last_ts + IDLE
         assert batch.closes_at == min(by_window, by_idle)
         assert batch.close_reason == ("window" if by_window <= by_idle else "idle")
@@ -86,7 +86,7 @@ def test_a_new_batch_opens_only_when_the_detection_could_not_join(items: list[De
         if batch.close_reason != "fast_path":
             regular.setdefault(batch.camera_id, []).append(batch)
     for batches in regular.values():
-        for previous, following in zip(batches, batches[1:]):
+        for previous, following in zip(batches, batches[1:], strict=False):
             ts = following.started_at
             assert ts - previous.started_at >= WINDOW or ts - previous.last_ts >= IDLE
             assert (

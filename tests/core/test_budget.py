@@ -11,7 +11,6 @@ import pytest
 
 from hsi_dagster.core.budget import (
     FULL_REMOVAL_ORDER,
-    REMOVAL_ORDER,
     PromptTooLarge,
     TokenCounter,
     fit_to_budget,
@@ -68,7 +67,7 @@ def test_prompt_budget_is_per_slot():
 
 
 def test_removal_order_matches_reference_with_clip_before_scene():
-    assert REMOVAL_ORDER == (
+    assert FULL_REMOVAL_ORDER == (
         "depth",
         "pose",
         "action",
@@ -78,9 +77,9 @@ def test_removal_order_matches_reference_with_clip_before_scene():
         "clothing",
         "violence",
         "reid",
+        "clip",
         "scene",
     )
-    assert FULL_REMOVAL_ORDER[-2:] == ("clip", "scene")
     assert "detections" not in FULL_REMOVAL_ORDER and "florence" not in FULL_REMOVAL_ORDER
 
 
@@ -162,7 +161,7 @@ def test_florence_and_detections_shorten_together_after_all_removals(counter):
     )
     result = fit_to_budget(sections, PROFILE, floor - 300, counter, batch_id=batch_id)
     assert result.sections_removed == list(FULL_REMOVAL_ORDER)
-    assert result.sections_shortened == ["florence", "detections"]
+    assert result.sections_shortened == ["detections", "florence"]
     user = result.messages[1]["content"]
     assert "## Florence-2 captions" in user and "more captioned detections not listed" in user
     assert result.messages[0]["content"] == STATIC_SYSTEM_PROMPT

@@ -40,7 +40,7 @@ def line(**changes: object) -> str:
 
 
 def test_the_simulated_stream_passes_including_escaped_quotes_and_unknown_enrichment_keys() -> None:
-    records = zip(range(3000), simulate(5, start=START, duration_s=6 * 3600, events_per_hour=200))
+    records = zip(range(3000), simulate(5, start=START, duration_s=6 * 3600, events_per_hour=200), strict=False)
     lines = [encode_record(record).decode("utf-8") for _, record in records]
     assert any('\\"' in text for text in lines) and any('"sam_masks"' in text for text in lines)
     assert set(verdicts(lines)) == {"accepted"}

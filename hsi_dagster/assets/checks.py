@@ -1,0 +1,127 @@
+"""The pipeline's asset checks. Each tests the value against something the code that produced it did not decide:
+
+- `prompt_fits_budget` (budgeted_prompts, blocking): the messages AS READ BACK from DuckDB, re-encoded whole,
+  scaled by the token ratio, fit the stored budget. The budgeting counted section by section and stopped cutting
+  when its running sum fitted; this recount does not use that sum, so an undercount or a mangled row fails it.
+- `stored_assessment_valid` (risk_assessments): the row AS READ BACK: the stored assessment JSON validates against
+  RISK_JSON_SCHEMA (the schema llama-server was given, checked with jsonschema rather than the parser's pydantic
+  models), its fields agree with the columns, and the stored level is the band of the stored score; an invalid
+  output is stored with the reply and the reason.
+- `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
+  band of its own score. The stored level is always derived from the score, so only the model's level can
+  disagree: a model that contradicts itself is worth a look (prompt, model or calibration).
+- `prompt_within_budget` (risk_assessments, warning): llama-server's own count of the prompt (usage.prompt_tokens)
+  against the budget: the cl100k estimate times PROMPT_TOKEN_RATIO must not have undercounted the served model.
+
+Each is a function of plain values returning the check result, so a test can hand it a bad value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from jsonschema import Draft202012Validator
+
+from hsi_dagster.core.budget import TokenCounter
+from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RISK_LEVELS, level_for_score
+
+PROMPT_FITS = "prompt_fits_budget"
+STORED_VALID = "stored_assessment_valid"
+MODEL_LEVEL = "model_level_matches_score"
+SERVER_TOKENS = "prompt_within_budget"
+
+MAX_PROBLEMS_SHOWN = 5
+_SCHEMA = Draft202012Validator(RISK_JSON_SCHEMA)
+
+
+def prompt_fits_budget(
+    messages: Sequence[dict], budget: int, token_ratio: float, counter: TokenCounter
+) -> dg.AssetCheckResult:
+    recount = counter.count_messages(messages)
+    served = recount * token_ratio
+    return dg.AssetCheckResult(
+        check_name=PROMPT_FITS,
+        passed=served <= budget,
+        metadata={
+            "recounted_tokens_cl100k": recount,
+            "served_tokens_estimate": round(served),
+            "budget": budget,
+            "token_ratio": token_ratio,
+        },
+    )
+
+
+def _stored_problems(row: Mapping[str, Any] | None) -> list[str]:
+    if row is None:
+        return ["no row stored for the batch"]
+    status = row.get("status")
+    if status == "invalid_output":
+        return (
+            [] if row.get("raw_output") is not None and row.get("error") else ["invalid output without reply or reason"]
+        )
+    if status != "ok":
+        return [f"status {status!r} is not a stored assessment"]
+    try:
+        assessment = json.loads(row["assessment"]) if isinstance(row.get("assessment"), str) else row.get("assessment")
+    except json.JSONDecodeError as exc:
+        return [f"assessment is not JSON: {exc}"]
+    problems = [
+        f"assessment{''.join(f'[{p!r}]' for p in error.absolute_path)}: {error.message}"
+        for error in sorted(_SCHEMA.iter_errors(assessment), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if not isinstance(assessment, dict):
+        return problems or ["assessment is not an object"]
+    for column in ("risk_score", "risk_level", "summary", "reasoning"):
+        if assessment.get(column) != row.get(column):
+            problems.append(f"{column}: column {row.get(column)!r} but assessment {assessment.get(column)!r}")
+    score = row.get("risk_score")
+    if isinstance(score, int) and 0 <= score <= 100 and level_for_score(score) != row.get("risk_level"):
+        problems.append(f"risk_level {row.get('risk_level')!r} is not the band of score {score}")
+    return problems
+
+
+def stored_assessment_valid(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
+    problems = _stored_problems(row)
+    return dg.AssetCheckResult(
+        check_name=STORED_VALID,
+        passed=not problems,
+        metadata={
+            "status": str((row or {}).get("status")),
+            "problems": "; ".join(problems[:MAX_PROBLEMS_SHOWN]) or "none",
+        },
+    )
+
+
+def model_level_matches_score(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
+    row = row or {}
+    score, model_level = row.get("risk_score"), row.get("model_risk_level")
+    if row.get("status") != "ok" or not isinstance(score, int) or not 0 <= score <= 100:
+        passed, band = False, None  # no usable reply: nothing of the model's to agree
+    else:
+        band = level_for_score(score)
+        passed = model_level == band
+    return dg.AssetCheckResult(
+        check_name=MODEL_LEVEL,
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "model_risk_level": str(model_level) if model_level in RISK_LEVELS else f"{model_level!r} (not a level)",
+            "risk_score": score if isinstance(score, int) else -1,
+            "band_of_score": band or "none",
+        },
+    )
+
+
+def server_prompt_tokens_within_budget(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
+    row = row or {}
+    prompt_tokens, budget = row.get("prompt_tokens"), row.get("context_budget")
+    passed = isinstance(prompt_tokens, int) and isinstance(budget, int) and prompt_tokens <= budget
+    return dg.AssetCheckResult(
+        check_name=SERVER_TOKENS,
+        passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"server_prompt_tokens": prompt_tokens or 0, "budget": budget or 0},
+    )

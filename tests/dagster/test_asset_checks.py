@@ -1,0 +1,118 @@
+"""Each asset check passes on a real value and fails on a bad one (the checks take plain values, as the assets
+hand them what they read back from DuckDB)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import dagster as dg
+import pytest
+
+from hsi_dagster.assets.checks import (
+    model_level_matches_score,
+    prompt_fits_budget,
+    server_prompt_tokens_within_budget,
+    stored_assessment_valid,
+)
+from hsi_dagster.core.assessment import assess
+from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
+from hsi_dagster.core.enrichment import build_context
+from hsi_dagster.core.prompt import build_sections
+from hsi_dagster.synthetic.batches import synthetic_batch
+
+RATIO = 1.22
+REPLY = {"risk_score": 72, "risk_level": "high", "summary": "Someone tries car doors.", "reasoning": "Observed..."}
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter()
+
+
+@pytest.fixture(scope="module")
+def fitted(counter):
+    batch, detections = synthetic_batch(random.Random(3), camera_id="driveway", n_detections=40)
+    context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
+    choice = choose_budget(
+        lambda: 4_096, configured_slot_context=0, max_output_tokens=512, safety_margin=256, token_ratio=RATIO
+    )
+    return fit_to_budget(build_sections(context), "", choice.estimate_budget, counter), choice
+
+
+class Reply:
+    def __init__(self, content: str):
+        self.content = content
+
+
+def stored_row(reply: dict, **columns) -> dict:
+    """A risk_assessments row as it reads back from DuckDB (the JSON column as text)."""
+    fields = assess([], lambda _: Reply(json.dumps(reply))).fields()
+    row = {**fields, "assessment": json.dumps(fields["assessment"]), "prompt_tokens": 900, "context_budget": 3_300}
+    row.update(columns)
+    return row
+
+
+def test_prompt_fits_budget_passes_on_the_fitted_prompt_and_fails_when_the_stored_messages_grew(fitted, counter):
+    prompt, choice = fitted
+    good = prompt_fits_budget(prompt.messages, choice.budget, RATIO, counter)
+    assert good.passed and good.metadata["recounted_tokens_cl100k"].value == prompt.tokens_after
+    grown = [prompt.messages[0], {"role": "user", "content": prompt.messages[1]["content"] * 3}]
+    bad = prompt_fits_budget(grown, choice.budget, RATIO, counter)
+    assert not bad.passed and bad.metadata["served_tokens_estimate"].value > choice.budget
+
+
+def test_prompt_fits_budget_fails_when_the_ratio_says_the_served_model_needs_more(fitted, counter):
+    prompt, choice = fitted
+    assert not prompt_fits_budget(prompt.messages, choice.budget, RATIO * 2, counter).passed
+
+
+def test_stored_assessment_valid_passes_on_a_parsed_reply():
+    result = stored_assessment_valid(stored_row(REPLY))
+    assert result.passed and result.metadata["problems"].value == "none"
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"assessment": json.dumps({**REPLY, "risk_score": 150})}, "150 is greater than the maximum of 100"),
+        ({"assessment": json.dumps({**REPLY, "mood": "tense"})}, "Additional properties are not allowed"),
+        ({"assessment": '{"risk_score": 72'}, "not JSON"),
+        ({"risk_score": 40}, "risk_score: column 40 but assessment 72"),
+        ({"risk_level": "low"}, "risk_level: column 'low' but assessment 'high'"),
+        ({"summary": None}, "summary: column None"),
+        ({"status": "llm_rejected"}, "not a stored assessment"),
+    ],
+)
+def test_stored_assessment_valid_fails_on_a_bad_row(change, problem):
+    result = stored_assessment_valid(stored_row(REPLY, **change))
+    assert not result.passed and problem in result.metadata["problems"].value
+
+
+def test_stored_assessment_valid_fails_when_the_stored_level_is_not_the_band_of_the_score():
+    row = stored_row(REPLY, risk_level="low", assessment=json.dumps({**REPLY, "risk_level": "low"}))
+    result = stored_assessment_valid(row)
+    assert not result.passed and "not the band of score 72" in result.metadata["problems"].value
+
+
+def test_stored_assessment_valid_on_an_invalid_output_and_on_no_row():
+    invalid = {"status": "invalid_output", "raw_output": "I cannot", "error": "no JSON object found"}
+    assert stored_assessment_valid(invalid).passed
+    assert not stored_assessment_valid({**invalid, "error": None}).passed
+    assert not stored_assessment_valid(None).passed
+
+
+def test_model_level_matches_score_fails_when_the_model_contradicts_its_own_score():
+    assert model_level_matches_score(stored_row(REPLY)).passed
+    contradicts = model_level_matches_score(stored_row({**REPLY, "risk_level": "low"}))
+    assert not contradicts.passed and contradicts.severity == dg.AssetCheckSeverity.WARN
+    assert contradicts.metadata["model_risk_level"].value == "low"
+    assert contradicts.metadata["band_of_score"].value == "high"
+    assert not model_level_matches_score({"status": "invalid_output"}).passed
+
+
+def test_server_prompt_tokens_within_budget_fails_when_the_server_counted_more():
+    assert server_prompt_tokens_within_budget(stored_row(REPLY, prompt_tokens=3_300)).passed
+    over = server_prompt_tokens_within_budget(stored_row(REPLY, prompt_tokens=3_301))
+    assert not over.passed and over.metadata["server_prompt_tokens"].value == 3_301
+    assert not server_prompt_tokens_within_budget(stored_row(REPLY, prompt_tokens=None)).passed
