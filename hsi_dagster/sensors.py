@@ -62,7 +62,7 @@ def batch_window_sensor(
         unassessed,
         time.time(),
         cap=settings.SENSOR_MAX_BATCHES_PER_TICK,
-        runs=batch_run_history(context.instance, closed_ids + list(unassessed)),
+        runs=lambda batch_ids: batch_run_history(context.instance, batch_ids),
     )
     for batch_id in plan.abandoned:
         context.log.error(f"batch {batch_id}: no assessment after repeated runs; giving up (see the failed runs)")

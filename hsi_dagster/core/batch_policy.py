@@ -21,7 +21,7 @@ the requests of its own ticks that may not be runs yet; `plan_tick` merges both 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 RETRY_GRACE_SECONDS = 600.0  # a run that started this long ago and stored nothing has failed or stalled
@@ -120,10 +120,9 @@ def choose_batches(
         if past.attempts >= max_attempts:
             abandoned.append(candidate.batch_id)
             continue
-        if past.attempts == 0 or past.last_attempt_at is None:
+        due = due_at(past, grace_seconds)
+        if due is None:  # no attempt yet
             due = now if candidate.recorded_at is None else candidate.recorded_at + grace_seconds
-        else:
-            due = past.last_attempt_at + grace_seconds * 2 ** (past.attempts - 1)
         if now < due:
             waiting[candidate.batch_id] = due
             continue
@@ -186,6 +185,13 @@ class TickPlan:
     abandoned: list[str]  # newly given up this tick (to report once)
 
 
+def due_at(history: BatchHistory, grace_seconds: float) -> float | None:
+    """When attempt n+1 may be requested after n attempts (None: no attempt yet)."""
+    if history.attempts == 0 or history.last_attempt_at is None:
+        return None
+    return history.last_attempt_at + grace_seconds * 2 ** (history.attempts - 1)
+
+
 def plan_tick(
     cursor: WindowCursor,
     closed: list[str],
@@ -193,19 +199,30 @@ def plan_tick(
     now: float,
     *,
     cap: int,
-    runs: Mapping[str, BatchHistory] | None = None,
+    runs: Callable[[list[str]], Mapping[str, BatchHistory]] | None = None,
     grace_seconds: float = RETRY_GRACE_SECONDS,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> TickPlan:
     """One sensor tick. `closed`: closed windows not yet recorded, oldest first; `unassessed`: recorded batches with
-    no stored assessment -> epoch seconds when recorded; `runs`: history from the instance's runs (may be empty).
-    Returns the run requests of this tick and the next cursor (only batches still without an assessment)."""
+    no stored assessment -> epoch seconds when recorded; `runs`: the instance's run history of the batches it is
+    given (None: the cursor alone). Returns the run requests of this tick and the next cursor (only batches still
+    without an assessment).
+
+    `runs` is asked only about batches whose state it could change: not those already given up, nor those whose
+    last request by this sensor is still within its back-off (more runs could only make them wait longer). So a
+    tick's run-storage query stays small however many batches are waiting or were given up.
+    """
     live = set(closed) | set(unassessed)
     mine = {key: value for key, value in cursor.requested.items() if key in live}
     own = WindowCursor(mine).history()
-    runs = runs or {}
-    history = {key: merge_history(runs.get(key), own.get(key)) for key in live}
+    given_up = set(cursor.abandoned) & live
     candidates = candidates_in_order(closed, unassessed)
+    settled = given_up | {key for key, past in own.items() if (due_at(past, grace_seconds) or 0.0) > now}
+    found = runs([c.batch_id for c in candidates if c.batch_id not in settled]) if runs else {}
+    history = {key: merge_history(found.get(key), own.get(key)) for key in live}
+    for key in given_up:
+        past = history[key]
+        history[key] = BatchHistory(max(past.attempts, max_attempts), past.last_attempt_at, past.running)
     choice = choose_batches(candidates, history, now, cap=cap, grace_seconds=grace_seconds, max_attempts=max_attempts)
     for request in choice.requests:
         mine[request.batch_id] = [float(request.attempt), now]

@@ -143,3 +143,29 @@ def test_no_cap_requests_every_due_batch_and_a_cap_defers_the_rest():
     assert len(choose_batches(candidates, {}, NOW).requests) == 5
     capped = choose_batches(candidates, {}, NOW, cap=2)
     assert [r.batch_id for r in capped.requests] == ["b0", "b1"] and capped.deferred == 3
+
+
+def test_the_run_history_is_asked_only_about_batches_it_could_change():
+    """Given-up batches and batches within this sensor's own back-off are not looked up: the tick's run-storage
+    query stays small however many batches wait or were given up."""
+    asked: list[list[str]] = []
+
+    def runs(batch_ids):
+        asked.append(list(batch_ids))
+        return {"gone": BatchHistory(MAX_ATTEMPTS, NOW - 10**6)}  # the instance knows "gone" was given up
+
+    cursor = WindowCursor(requested={"waiting": [1.0, NOW]}, abandoned=["gone"])
+    unassessed = {"waiting": NOW, "gone": NOW - 10**6, "due": NOW - 10**6}
+    plan = plan_tick(cursor, ["new"], unassessed, NOW + 60, cap=10, runs=runs, grace_seconds=600)
+    assert asked == [["new", "due"]]
+    assert [r.batch_id for r in plan.requests] == ["new", "due"]
+    assert plan.cursor.abandoned == ["gone"] and plan.abandoned == []  # still given up, not reported again
+    assert "waiting" in plan.cursor.requested
+
+
+def test_runs_found_in_the_instance_decide_over_an_empty_cursor():
+    runs = {"a": BatchHistory(2, NOW, running=False), "b": BatchHistory(1, NOW, running=True)}
+    plan = plan_tick(WindowCursor(), ["a", "b"], {}, NOW + 1199, cap=10, runs=lambda ids: runs, grace_seconds=600)
+    assert plan.requests == []  # a: attempt 3 due at NOW + 1200; b: its run is still going
+    later = plan_tick(plan.cursor, ["a", "b"], {}, NOW + 1200, cap=10, runs=lambda ids: runs, grace_seconds=600)
+    assert [(r.run_key, r.attempt) for r in later.requests] == [("a#retry2", 3)]
