@@ -31,7 +31,7 @@ def enriched_contexts(
     types = QUALITY_LEVEL_TYPES[settings.ENRICHMENT_QUALITY_LEVEL]
     fetched = enrichment.fetch(batch, batch_detections, types)
     for error in fetched.errors:
-        context.log.warning(f"enrichment: {error}")
+        context.log.warning(f"batch {context.partition_key}: enrichment: {error}")
     profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH) if settings.CAMERA_CONTEXT_PATH else {}
     enriched = build_context(
         batch,
