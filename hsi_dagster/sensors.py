@@ -37,7 +37,8 @@ def batch_run_history(instance: dg.DagsterInstance, batch_ids: Sequence[str]) ->
         for record in instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: keys})):
             run = record.dagster_run
             ended = (record.end_time or record.update_timestamp.timestamp()) if run.is_finished else None
-            runs.append(PastRun(run.tags[PARTITION_TAG], record.create_timestamp.timestamp(), ended))
+            succeeded = run.status == dg.DagsterRunStatus.SUCCESS
+            runs.append(PastRun(run.tags[PARTITION_TAG], record.create_timestamp.timestamp(), ended, succeeded))
     return history_from_runs(runs)
 
 

@@ -8,11 +8,12 @@ granularity, see dagster.yaml: they gate the daemon's launches, not in-process s
 transactions that wait out each other's file lock.
 
 Which batches, and when to try again: the batch-window sensor's policy (`core/batch_policy.choose_batches`), with
-no per-tick cap. Attempt state lives in the Dagster instance: every run of a batch's partition is an attempt,
-whoever launched it (this command, the sensor, the UI), read back with `sensors.batch_run_history`. So a batch
-that failed here waits out the same back-off before the next `hsi process` (or the sensor) tries it again, a batch
-with a run queued or going elsewhere is left to it, and one that used MAX_ATTEMPTS is given up by both. Runs of a
-killed `hsi process` are marked failed by the next one (`reclaim_orphans`) and so count as attempts too.
+no per-tick cap. Attempt state lives in the Dagster instance: every run of a batch's partition that failed since
+its last successful one is an attempt, whoever launched it (this command, the sensor, the UI), read back with
+`sensors.batch_run_history`; each run is tagged `hsi/attempt`. So a batch that failed here waits out the same
+back-off before the next `hsi process` (or the sensor) tries it again, a batch with a run queued or going
+elsewhere is left to it, and one that used MAX_ATTEMPTS is given up by both. Runs of a killed `hsi process` are
+marked failed by the next one (`reclaim_orphans`) and so count as attempts too.
 """
 
 from __future__ import annotations

@@ -3,12 +3,17 @@
 A candidate is a closed window not yet recorded, or a recorded batch with no stored assessment. For each,
 `choose_batches` decides from what is known of its earlier attempts (`BatchHistory`):
 
-- no attempt yet: a closed window is requested at once (attempt 1, run_key = batch_id); a recorded batch nobody
-  is known to have run (recorded by a run this history does not hold) waits `grace_seconds` after its recording;
 - a run queued or in progress: left alone;
-- `max_attempts` attempts and still no assessment: abandoned (left for an operator; the failed runs say why);
+- no failed attempt yet: requested at once (attempt 1), except a recorded batch of which no run is known at all
+  (recorded by a run this history does not hold, which may still be going): it waits `grace_seconds` after its
+  recording. A successful run ends a series: if the assessment is missing afterwards (rows deleted to run the
+  batch again, a run of only some of the assets), the batch starts again at attempt 1;
+- `max_attempts` failed attempts and still no assessment: abandoned (left for an operator; the runs say why);
 - otherwise attempt n+1 once `grace_seconds * 2**(n-1)` have passed since attempt n was requested or, if its run
-  ended, since it ended (run_key = `batch_id#retryN`, new for every attempt so Dagster never dedupes it away).
+  ended, since it ended.
+
+Run keys number the runs of a batch, whatever their outcome: the first is the batch id, the next
+`batch_id#retry1`, ..., so Dagster never dedupes a new request away.
 
 The same rule holds whether the batch was recorded or not: a run that failed before `detection_batches` recorded
 its window leaves the window closed and unrecorded, and it is requested again like any other failed batch.
@@ -38,9 +43,10 @@ class Candidate:
 class BatchHistory:
     """What is known of a batch's earlier attempts."""
 
-    attempts: int = 0
+    attempts: int = 0  # failed (or cancelled) runs since the last successful one, or requests made
     last_attempt_at: float | None = None  # epoch seconds: latest request, or the end of its run when it ended
     running: bool = False  # a run of the batch is queued or in progress
+    runs: int = 0  # runs known of the batch, any outcome (numbers the next run key)
 
 
 @dataclass(frozen=True)
@@ -50,13 +56,15 @@ class PastRun:
     batch_id: str
     created_at: float
     ended_at: float | None  # None while queued or in progress
+    succeeded: bool = False
 
 
 @dataclass(frozen=True)
 class Request:
     batch_id: str
     run_key: str
-    attempt: int  # 1 = first request
+    attempt: int  # 1 = first request (since the last successful run)
+    run: int = 1  # the run's number among all runs of the batch (what the key is made of)
 
 
 @dataclass(frozen=True)
@@ -68,24 +76,30 @@ class BatchChoice:
     deferred: int  # would be requested now but over the cap; first in line next time
 
 
-def run_key(batch_id: str, attempt: int) -> str:
-    """Attempt 1 is keyed by the batch id alone (one run per closed window); retries get their own keys."""
-    return batch_id if attempt == 1 else f"{batch_id}#retry{attempt - 1}"
+def run_key(batch_id: str, run: int) -> str:
+    """The first run of a batch is keyed by the batch id alone (one run per closed window); later ones by number."""
+    return batch_id if run == 1 else f"{batch_id}#retry{run - 1}"
 
 
 def history_from_runs(runs: Iterable[PastRun]) -> dict[str, BatchHistory]:
-    """Attempts per batch: every run of its partition counts, whether it failed, was cancelled or is still going."""
+    """Per batch: the runs that ended without success since its last successful run are its attempts."""
     grouped: dict[str, list[PastRun]] = {}
     for run in runs:
         grouped.setdefault(run.batch_id, []).append(run)
-    return {
-        batch_id: BatchHistory(
-            attempts=len(batch_runs),
-            last_attempt_at=max(run.created_at if run.ended_at is None else run.ended_at for run in batch_runs),
+    history = {}
+    for batch_id, batch_runs in grouped.items():
+        batch_runs.sort(key=lambda run: run.created_at)
+        last_success = max((i for i, run in enumerate(batch_runs) if run.succeeded), default=-1)
+        failed = [
+            run.ended_at for run in batch_runs[last_success + 1 :] if run.ended_at is not None and not run.succeeded
+        ]
+        history[batch_id] = BatchHistory(
+            attempts=len(failed),
+            last_attempt_at=max(failed, default=None),
             running=any(run.ended_at is None for run in batch_runs),
+            runs=len(batch_runs),
         )
-        for batch_id, batch_runs in grouped.items()
-    }
+    return history
 
 
 def merge_history(a: BatchHistory | None, b: BatchHistory | None) -> BatchHistory:
@@ -93,7 +107,9 @@ def merge_history(a: BatchHistory | None, b: BatchHistory | None) -> BatchHistor
     if a is None or b is None:
         return a or b or BatchHistory()
     times = [t for t in (a.last_attempt_at, b.last_attempt_at) if t is not None]
-    return BatchHistory(max(a.attempts, b.attempts), max(times) if times else None, a.running or b.running)
+    return BatchHistory(
+        max(a.attempts, b.attempts), max(times) if times else None, a.running or b.running, max(a.runs, b.runs)
+    )
 
 
 def choose_batches(
@@ -121,16 +137,18 @@ def choose_batches(
             abandoned.append(candidate.batch_id)
             continue
         due = due_at(past, grace_seconds)
-        if due is None:  # no attempt yet
-            due = now if candidate.recorded_at is None else candidate.recorded_at + grace_seconds
+        if due is None:  # no failed attempt yet
+            due = now
+            if candidate.recorded_at is not None and past.runs == 0:  # recorded by a run this history does not hold
+                due = candidate.recorded_at + grace_seconds
         if now < due:
             waiting[candidate.batch_id] = due
             continue
         if cap is not None and len(requests) >= cap:
             deferred += 1
             continue
-        attempt = past.attempts + 1
-        requests.append(Request(candidate.batch_id, run_key(candidate.batch_id, attempt), attempt))
+        attempt, run = past.attempts + 1, max(past.runs, past.attempts) + 1
+        requests.append(Request(candidate.batch_id, run_key(candidate.batch_id, run), attempt, run))
     return BatchChoice(requests, waiting, running, abandoned, deferred)
 
 
@@ -145,8 +163,8 @@ def candidates_in_order(closed: Sequence[str], unassessed: Mapping[str, float]) 
 # ------------------------------------------------------------------------------------------- the sensor's state
 @dataclass
 class WindowCursor:
-    """The sensor's own requests (batch_id -> [attempt, epoch seconds requested]) for batches still without an
-    assessment, and the batches it already reported abandoned (so it says so once)."""
+    """The sensor's own requests (batch_id -> [attempt, epoch seconds requested, run number]) for batches still
+    without an assessment, and the batches it already reported abandoned (so it says so once)."""
 
     requested: dict[str, list[float]] = field(default_factory=dict)
     abandoned: list[str] = field(default_factory=list)
@@ -156,7 +174,7 @@ class WindowCursor:
         if not text:
             return cls()
         data = json.loads(text)
-        requested = {key: [float(a), float(t)] for key, (a, t) in data.get("requested", {}).items()}
+        requested = {key: [float(v) for v in value] for key, value in data.get("requested", {}).items()}
         abandoned = list(data.get("abandoned", []))
         # Cursors written before this module: in_flight = batch_id -> [attempts, epoch seconds of the next retry].
         for key, (attempts, retry_at) in data.get("in_flight", {}).items():
@@ -173,7 +191,10 @@ class WindowCursor:
         )
 
     def history(self) -> dict[str, BatchHistory]:
-        return {key: BatchHistory(int(attempt), at) for key, (attempt, at) in self.requested.items()}
+        return {
+            key: BatchHistory(int(value[0]), value[1], runs=int(value[2] if len(value) > 2 else value[0]))
+            for key, value in self.requested.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -225,7 +246,7 @@ def plan_tick(
         history[key] = BatchHistory(max(past.attempts, max_attempts), past.last_attempt_at, past.running)
     choice = choose_batches(candidates, history, now, cap=cap, grace_seconds=grace_seconds, max_attempts=max_attempts)
     for request in choice.requests:
-        mine[request.batch_id] = [float(request.attempt), now]
+        mine[request.batch_id] = [float(request.attempt), now, float(request.run)]
     reported = set(cursor.abandoned)
     unrecorded = set(closed) - set(unassessed)
     return TickPlan(

@@ -64,6 +64,23 @@ def test_process_follows_the_batch_policy_with_attempts_counted_from_the_instanc
         assert given_up.abandoned == [failing] and [r.batch_id for r in given_up.requests] == [other]
 
 
+def test_a_batch_whose_successful_run_left_no_assessment_is_processed_at_once(tmp_path):
+    """A run of only detection_batches succeeded (or the assessment rows were deleted to assess it again): no
+    failure to back off from, and the instance knows who recorded it, so it is requested now, as attempt 1."""
+    db = str(tmp_path / "hsi.duckdb")
+    ingest_lines(db, closed_windows(["gate"], 1, start=hours_ago(2)))
+    settings = load_settings(HSI_DUCKDB_PATH=db)
+    with dg.instance_for_test() as instance:
+        [request] = batches_to_process(instance, settings, datetime.now(UTC), time.time()).requests
+        instance.add_dynamic_partitions("batches", [request.batch_id])
+        recorded = dg.materialize(
+            [detection_batches], partition_key=request.batch_id, instance=instance, resources=resources(db)
+        )
+        assert recorded.success
+        [again] = batches_to_process(instance, settings, datetime.now(UTC), time.time()).requests
+        assert (again.batch_id, again.attempt, again.run) == (request.batch_id, 1, 2)
+
+
 def test_reclaim_marks_a_killed_process_runs_failed_and_frees_their_slots(tmp_path):
     """What a killed `hsi process` leaves behind, written straight into a real instance's storage: a STARTED run
     of ours holding an llama_slots slot. The next `hsi process` fails the run and frees the slot; a slot held by a

@@ -101,16 +101,27 @@ def test_cursor_of_the_previous_format_is_read():
 
 
 # ------------------------------------------------------------------ the shared rules (sensor and `hsi process`)
-def test_history_from_runs_counts_every_run_and_times_the_latest():
+def test_history_from_runs_counts_the_failures_since_the_last_success():
     runs = [
         PastRun("a", created_at=NOW, ended_at=NOW + 20),
         PastRun("a", created_at=NOW + 700, ended_at=NOW + 710),
         PastRun("b", created_at=NOW + 5, ended_at=None),
+        PastRun("c", created_at=NOW, ended_at=NOW + 9),
+        PastRun("c", created_at=NOW + 10, ended_at=NOW + 50, succeeded=True),
+        PastRun("d", created_at=NOW, ended_at=NOW + 50, succeeded=True),
     ]
     history = history_from_runs(runs)
-    assert history["a"] == BatchHistory(attempts=2, last_attempt_at=NOW + 710, running=False)
-    assert history["b"] == BatchHistory(attempts=1, last_attempt_at=NOW + 5, running=True)
-    assert "c" not in history
+    assert history["a"] == BatchHistory(attempts=2, last_attempt_at=NOW + 710, running=False, runs=2)
+    assert history["b"] == BatchHistory(attempts=0, last_attempt_at=None, running=True, runs=1)
+    assert history["c"] == BatchHistory(attempts=0, last_attempt_at=None, running=False, runs=2)
+    assert "e" not in history
+
+
+def test_after_a_successful_run_a_batch_without_assessment_starts_again_with_a_new_run_key():
+    """E.g. its rows were deleted to assess it again: attempt 1 at once, keyed after the runs it already had."""
+    history = history_from_runs([PastRun("d", NOW, NOW + 50, succeeded=True)])
+    choice = choose_batches([Candidate("d", recorded_at=NOW + 10)], history, NOW + 60)
+    assert [(r.run_key, r.attempt, r.run) for r in choice.requests] == [("d#retry1", 1, 2)]
 
 
 def test_merge_keeps_the_most_attempts_and_the_latest_time():
