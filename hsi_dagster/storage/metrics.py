@@ -7,7 +7,7 @@ SQL (one pass per table), so a scrape costs the same with ten rows or a million.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -86,7 +86,11 @@ def _waiting_recorded(conn: duckdb.DuckDBPyConnection) -> tuple[int, datetime | 
 
 
 def read_pipeline_figures(
-    conn: duckdb.DuckDBPyConnection, rules: BatchRules, now: datetime, *, model_name=lambda name: name
+    conn: duckdb.DuckDBPyConnection,
+    rules: BatchRules,
+    now: datetime,
+    *,
+    model_name: Callable[[str], str] = str,
 ) -> PipelineFigures:
     """Everything the exporter publishes. `model_name` maps a stored model name to its short alias."""
     figures = PipelineFigures()
@@ -137,7 +141,7 @@ def read_pipeline_figures(
     return figures
 
 
-def _merge_histograms(rows: list[HistogramRow], rename) -> list[HistogramRow]:
+def _merge_histograms(rows: list[HistogramRow], rename: Callable[[str], str]) -> list[HistogramRow]:
     """Rows whose labels map to the same short name (a path and its alias) become one."""
     merged: dict[tuple[str, ...], HistogramRow] = {}
     for row in rows:
