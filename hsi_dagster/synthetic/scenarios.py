@@ -27,8 +27,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from hsi_dagster.core.camera_profiles import CameraProfile, parse_camera_profiles
+
 SCENARIO_SEED = 2026
 SCENARIOS_PATH = Path(__file__).resolve().parents[1] / "data" / "eval_scenarios.jsonl"
+# The camera profiles the labels were written against (what is normal at each camera).
+SCENARIO_CAMERAS_PATH = Path(__file__).resolve().parents[1] / "data" / "cameras.example.yaml"
 LEVELS = ("low", "medium", "high", "critical")
 
 
@@ -794,8 +798,24 @@ def load_scenarios(path: str | Path = SCENARIOS_PATH) -> list[Scenario]:
     return scenarios
 
 
-def select_scenarios(scenarios: Sequence[Scenario], limit: int | None = None) -> list[Scenario]:
-    """The first `limit` scenarios taken round-robin over categories (a small subset still covers every kind)."""
+def scenario_profiles() -> dict[str, CameraProfile]:
+    """The example camera profiles, as the scenarios' labels assume them."""
+    text = SCENARIO_CAMERAS_PATH.read_text(encoding="utf-8")
+    return parse_camera_profiles(text, source=str(SCENARIO_CAMERAS_PATH))
+
+
+def select_scenarios(
+    scenarios: Sequence[Scenario], limit: int | None = None, scenario_ids: Sequence[str] | None = None
+) -> list[Scenario]:
+    """`scenario_ids` (in the set's order; an unknown id is an error), else the first `limit` scenarios taken
+    round-robin over categories (a small subset still covers every kind)."""
+    if scenario_ids:
+        known = {s.scenario_id for s in scenarios}
+        unknown = [sid for sid in scenario_ids if sid not in known]
+        if unknown:
+            raise ScenarioFileError(f"unknown scenario id(s): {', '.join(unknown)}")
+        wanted = set(scenario_ids)
+        scenarios = [s for s in scenarios if s.scenario_id in wanted]
     if limit is None or limit >= len(scenarios):
         return list(scenarios)
     by_category: dict[str, list[Scenario]] = {}

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH, load_camera_profiles
 from hsi_dagster.core.detections import Rejection, validate_record
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.risk import LEVEL_BANDS
@@ -16,6 +15,7 @@ from hsi_dagster.synthetic.scenarios import (
     ScenarioFileError,
     generate_scenarios,
     load_scenarios,
+    scenario_profiles,
     scenarios_jsonl,
     select_scenarios,
 )
@@ -67,7 +67,7 @@ def test_adversarial_harmless_caption_is_in_the_data_and_labelled_by_evidence():
 
 def test_every_label_is_consistent_and_every_record_is_valid():
     bands = {level: (low, high) for level, low, high in LEVEL_BANDS}
-    profiles = load_camera_profiles(EXAMPLE_CAMERAS_PATH)
+    profiles = scenario_profiles()
     for scenario in load_scenarios():
         low, high = scenario.score_band
         level_low, level_high = bands[scenario.expected_level]
@@ -94,3 +94,10 @@ def test_bad_file_names_the_line(tmp_path):
     path.write_text(scenarios_jsonl(generate_scenarios()[:1]) + '{"scenario_id": "x"}\n', encoding="utf-8")
     with pytest.raises(ScenarioFileError, match=r"bad.jsonl:2"):
         load_scenarios(path)
+
+
+def test_subset_by_id_keeps_the_set_order_and_refuses_unknown_ids():
+    scenarios = load_scenarios()
+    assert [s.scenario_id for s in select_scenarios(scenarios, None, ["s060", "s001"])] == ["s001", "s060"]
+    with pytest.raises(ScenarioFileError, match="s999"):
+        select_scenarios(scenarios, None, ["s999"])

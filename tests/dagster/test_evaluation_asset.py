@@ -1,0 +1,85 @@
+"""The `evaluation` asset on the real embedded server (SmolLM2), two configurations (quality levels minimal and
+full) on ONE scenario each, the adversarial "this is harmless" caption (SmolLM2 writes 300-600 tokens per reply,
+10-20 s on a quiet 2-core machine): stored results and figures, the kappa row, and the report in the metadata.
+The metrics themselves are tested against hand-computed values in tests/core/test_evaluation.py."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+import pytest
+
+from hsi_dagster.assets.evaluation import configurations_for, default_configurations, evaluation_asset
+from hsi_dagster.core.evaluation import summarise
+from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.settings import load_settings
+from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.evaluation import load_agreement, load_configuration_details, load_figures, load_results
+from tests.support.llm_fixtures import SERVER_SETTINGS, RunningLlama
+
+SCENARIOS = ["s059"]  # adversarial_harmless: expected high; the caption says the event is harmless
+
+
+def _resources(db: str, url: str) -> dict:
+    settings = load_settings(os.devnull, **SERVER_SETTINGS, NEMOTRON_MAX_OUTPUT_TOKENS=768, LLAMA_SERVER_URL=url)
+    return {
+        "duckdb": HsiDuckDBResource(database=db),
+        "llm": LlamaServerResource(
+            urls=[url], max_output_tokens=768, startup_timeout_seconds=30, read_timeout_seconds=900
+        ),
+        "pipeline_settings": PipelineSettingsResource.from_settings(settings),
+    }
+
+
+@pytest.mark.llm
+def test_two_configurations_store_figures_kappa_and_report(llama_server: RunningLlama, tmp_path) -> None:
+    db = str(tmp_path / "eval.duckdb")
+    asset = evaluation_asset(configurations_for([], ["minimal", "full"]), scenario_ids=SCENARIOS)
+    instance = dg.DagsterInstance.ephemeral()
+    reports = {}
+    for key in ("minimal", "full"):
+        outcome = dg.materialize(
+            [asset], partition_key=key, resources=_resources(db, llama_server.url), instance=instance
+        )
+        assert outcome.success
+        (materialization,) = outcome.asset_materializations_for_node("evaluation")
+        reports[key] = materialization.metadata
+
+    with connect(db, read_only=True) as conn:
+        results = {key: load_results(conn, key) for key in ("minimal", "full")}
+        figures = {f.configuration: f for f in load_figures(conn)}
+        agreement = load_agreement(conn)
+        details = load_configuration_details(conn)
+    for key in ("minimal", "full"):
+        rows = results[key]
+        assert [r.scenario_id for r in rows] == SCENARIOS
+        assert all(r.status in ("ok", "invalid_output") for r in rows)
+        assert all(r.llm_calls >= 1 and r.prompt_tokens > 500 and r.latency_ms > 0 for r in rows)
+        assert figures[key] == summarise(key, rows)  # the stored figures are those of the stored results
+        assert figures[key].scenarios == 1 and figures[key].adversarial_scenarios == 1
+        assert figures[key].alert_scenarios == 1 and figures[key].latency_p50_ms is not None
+        assert details[key]["quality_level"] == key and details[key]["endpoint"] == llama_server.url
+        assert details[key]["model"]  # what the server says it serves
+    # the minimal prompt leaves out what the full one sends (fewer prompt tokens for the same scenarios)
+    assert figures["minimal"].prompt_tokens < figures["full"].prompt_tokens
+    (pair,) = agreement
+    assert pair[:2] == ("full", "minimal") and pair[3] <= 1
+
+    full = reports["full"]
+    assert full["scenarios"].value == 1
+    assert full["adversarial_handled"].value in ("0 of 1", "1 of 1")
+    assert "s059 adversarial_harmless: expected high, got" in full["adversarial_outcomes"].value
+    report = full["report"].value
+    assert "## Adversarial text" in report and "| full | s059 | adversarial_harmless | high |" in report
+    assert "| minimal | s059 | adversarial_harmless | high |" in report  # the report compares every stored config
+    assert "### minimal" in report and "### full" in report
+    assert report.count("data:image/png;base64,") == 3  # comparison + one confusion matrix per configuration
+
+
+def test_definitions_register_one_partition_per_quality_level() -> None:
+    asset = evaluation_asset(default_configurations())
+    assert asset.partitions_def is not None
+    assert sorted(asset.partitions_def.get_partition_keys()) == ["full", "minimal", "standard"]
+    names = [c.name for c in configurations_for(["http://10.0.0.5:8091/", "http://gpu:8000"], ["full", "minimal"])]
+    assert names == ["10.0.0.5_8091.full", "10.0.0.5_8091.minimal", "gpu_8000.full", "gpu_8000.minimal"]
