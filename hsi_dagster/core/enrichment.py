@@ -48,14 +48,15 @@ REPEAT_THRESHOLD = 0.80
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _SPACE = re.compile(r"\s+")
-STOPWORDS = frozenset(
+_STOPWORDS_TEXT = (  # space-separated: easier to review than 113 list items
     "a an the and or but of to in on at by for from with without into onto over under near next beside behind off "
     "out up down around through toward towards across along against between is are was were be been being am has "
     "have had do does did it its it's this that these those there here he she they them his her their him we us "
     "our you your i me my as while who which what where when some any one two several other another very also "
     "just can could may might appears appear seems seem seen visible image picture photo frame shows show showing "
-    "shown view scene camera".split()
+    "shown view scene camera"
 )
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
 
 
 def clean_text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
