@@ -2,12 +2,17 @@
 
 Lineage: detections -> detection_batches -> enriched_contexts -> budgeted_prompts -> risk_assessments,
 one partition per batch window. `batch_window_sensor` requests a run per closed window; `inbox_sensor` ingests
-dropped files; alerts follow high-risk assessments. Resources read `.env` (pydantic-settings) through EnvVar.
+dropped files; alerts follow high-risk assessments.
+
+Configuration takes one route: `load_settings()` reads the settings once when this module loads (the process
+environment over `hsi.env`, see hsi_dagster/settings.py), and `build_resources` hands the resources plain values;
+`dg.EnvVar` is used for the one secret only. Nothing here writes `os.environ`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -29,6 +34,8 @@ from hsi_dagster.resources import (
     AlertWebhookResource,
     EnrichmentResource,
     HsiDuckDBResource,
+    HttpEnrichmentResource,
+    InlineEnrichmentResource,
     LlamaServerResource,
     PipelineSettingsResource,
 )
@@ -40,40 +47,32 @@ from hsi_dagster.sensors import (
     inbox_sensor,
     unassessed_fast_path_sensor,
 )
-from hsi_dagster.settings import HsiSettings, load_settings
+from hsi_dagster.settings import HsiSettings, dagster_dotenv_settings, load_settings
 
 
-def expose_settings_to_environment(settings: HsiSettings) -> None:
-    """Let `dg.EnvVar` see values that come from `.env` or defaults (the environment still wins)."""
-    defaults = {
-        "HSI_DUCKDB_PATH": settings.HSI_DUCKDB_PATH,
-        "LLAMA_SERVER_URL": ",".join(settings.llm_urls),
-        "ENRICHMENT_BACKEND": settings.ENRICHMENT_BACKEND,
-        "ENRICHMENT_GATEWAY_URL": settings.ENRICHMENT_GATEWAY_URL,
-    }
-    if settings.api_key:
-        defaults["LLAMA_API_KEY"] = settings.api_key
-    for name, value in defaults.items():
-        if not os.environ.get(name):
-            os.environ[name] = value
+def enrichment_resource(settings: HsiSettings) -> EnrichmentResource:
+    """The enrichment source ENRICHMENT_BACKEND names."""
+    if settings.ENRICHMENT_BACKEND == "http":
+        return HttpEnrichmentResource(
+            gateway_url=settings.ENRICHMENT_GATEWAY_URL, timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS
+        )
+    return InlineEnrichmentResource()
 
 
 def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]:
-    expose_settings_to_environment(settings)
+    """Every resource, configured once with plain values from `settings`; the API key as dg.EnvVar, only when set."""
     return {
-        "duckdb": HsiDuckDBResource(database=dg.EnvVar("HSI_DUCKDB_PATH")),
+        "duckdb": HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH),
         "llm": LlamaServerResource(
-            base_url=dg.EnvVar("LLAMA_SERVER_URL"),
+            urls=settings.llm_urls,
             api_key=dg.EnvVar("LLAMA_API_KEY") if settings.api_key else None,
             read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
             startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
             max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+            fallback_total_slots=settings.PARALLEL,
+            fallback_slot_context=settings.slot_context,
         ),
-        "enrichment": EnrichmentResource(
-            backend=dg.EnvVar("ENRICHMENT_BACKEND"),
-            gateway_url=dg.EnvVar("ENRICHMENT_GATEWAY_URL"),
-            timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS,
-        ),
+        "enrichment": enrichment_resource(settings),
         "alert_webhook": AlertWebhookResource(
             url=settings.ALERT_WEBHOOK_URL, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS
         ),
@@ -83,8 +82,32 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             page_size=settings.FRIGATE_API_PAGE_SIZE,
             settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
         ),
-        "pipeline_settings": PipelineSettingsResource(),
+        "pipeline_settings": PipelineSettingsResource.from_settings(settings),
     }
+
+
+def configuration_warnings(settings: HsiSettings, environ: Mapping[str, str], directory: str = ".") -> list[str]:
+    """What would make a Dagster process run with other values than the operator meant (logged at load)."""
+    warnings = []
+    from_dotenv = dagster_dotenv_settings(directory)
+    if from_dotenv:
+        warnings.append(
+            f"{os.path.abspath(os.path.join(directory, '.env'))} sets {', '.join(from_dotenv)}: Dagster's commands "
+            "load that file OVER the process environment, so there these values beat exported ones; keep settings "
+            "in hsi.env (HSI_ENV_FILE), which the environment overrides"
+        )
+    if settings.api_key and not environ.get("LLAMA_API_KEY"):
+        warnings.append(
+            "LLAMA_API_KEY is set in the settings file but not in this process's environment: Dagster resources take "
+            "secrets from the environment only (dg.EnvVar), so runs will fail to configure the llm resource; "
+            "export LLAMA_API_KEY where Dagster runs"
+        )
+    return warnings
+
+
+loaded_settings = load_settings()
+for warning in configuration_warnings(loaded_settings, os.environ):
+    dg.get_dagster_logger().warning(warning)
 
 
 defs = dg.Definitions(
@@ -98,5 +121,5 @@ defs = dg.Definitions(
         frigate_events_sensor,
     ],
     schedules=[partition_retention_schedule, risk_timeline_schedule],
-    resources=build_resources(load_settings()),
+    resources=build_resources(loaded_settings),
 )

@@ -1,22 +1,45 @@
-"""One source of truth for configuration: `.env` (then the process environment) read by pydantic-settings.
+"""One source of truth for configuration: the settings file `hsi.env` and the process environment over it.
 
 The same variable names drive the production llama-server (`ai/nemotron/`), the embedded server
-(`hsi llm serve`), the Dagster resources and the pure core. `.env.example` documents every variable.
+(`hsi llm serve`), the Dagster resources and the pure core. `hsi.env.example` documents every variable.
+
+Precedence, highest first: values passed to `load_settings` (the CLI's options), the process environment, the
+settings file (HSI_ENV_FILE, default `hsi.env` in the working directory), the defaults below. The file is not
+called `.env` because every Dagster command (`dagster dev`, `dagster-daemon`, `dagster api grpc`, ...) loads a
+`.env` from its working directory into its environment OVER the exported values, and passes that environment to
+the processes it starts, so exported values would lose. Dagster processes get their settings the way every other
+process does: `definitions.py` calls `load_settings()` once and hands plain values to the resources.
+
+This module also reads the other operator file, the camera profiles (CAMERA_CONTEXT_PATH), so that `core/` stays
+free of file I/O. It must stay importable with pydantic + pydantic-settings only (the llama-server image).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from hsi_dagster.core.camera_profiles import CameraProfile
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 QualityLevel = Literal["full", "standard", "minimal"]
+# GPU_LAYERS, parsed: "auto" (llama.cpp fits layers to free memory), "all", or a number of layers.
+GpuLayers = int | Literal["auto", "all"]
+
+# The settings file, unless HSI_ENV_FILE names another (never `.env`: see the module docstring).
+DEFAULT_ENV_FILE = "hsi.env"
+# The file Dagster's own commands load over the process environment (dagster/_cli/utils.py).
+DAGSTER_DOTENV = ".env"
+
+EXAMPLE_CAMERAS_PATH = Path(__file__).resolve().parent / "data" / "cameras.example.yaml"
 
 # The smallest prompt that still carries the static instructions and one detection (tokens, cl100k_base).
 MIN_PROMPT_TOKENS = 1024
@@ -27,21 +50,22 @@ class SettingsError(ValueError):
 
 
 def default_env_file() -> str:
-    """`.env` in the working directory unless HSI_ENV_FILE points elsewhere."""
-    return os.environ.get("HSI_ENV_FILE", ".env")
+    """`hsi.env` in the working directory unless HSI_ENV_FILE points elsewhere."""
+    return os.environ.get("HSI_ENV_FILE") or DEFAULT_ENV_FILE
 
 
 class HsiSettings(BaseSettings):
     """Every tunable of the project. Field names are the environment variable names."""
 
+    # The file is chosen by load_settings (HSI_ENV_FILE, default hsi.env); built directly, only the environment counts.
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=True, frozen=True
+        env_file=None, env_file_encoding="utf-8", extra="ignore", case_sensitive=True, frozen=True
     )
 
     # --- llama-server (production) and the embedded server share these ---
     CTX_SIZE: int = Field(32768, ge=512, description="Total context of the server; each slot gets CTX_SIZE / PARALLEL.")
     PARALLEL: int = Field(2, ge=1, le=64, description="llama-server slots (concurrent requests).")
-    GPU_LAYERS: str = Field("auto", description="auto, all, or a number of layers to offload.")
+    GPU_LAYERS: GpuLayers = Field("auto", description="auto, all, or a number of layers to offload.")
     FLASH_ATTENTION: bool = True
     CACHE_TYPE_K: CacheType = "f16"
     CACHE_TYPE_V: CacheType = "f16"
@@ -69,7 +93,6 @@ class HsiSettings(BaseSettings):
     NEMOTRON_MAX_OUTPUT_TOKENS: int = Field(1536, ge=16)
     LLM_READ_TIMEOUT_SECONDS: float = Field(120.0, gt=0)
     LLM_STARTUP_TIMEOUT_SECONDS: float = Field(300.0, gt=0)
-    ANALYSIS_WORKER_COUNT: int = Field(2, ge=1)
 
     # --- storage and orchestration ---
     HSI_DUCKDB_PATH: str = "data/hsi.duckdb"
@@ -89,7 +112,7 @@ class HsiSettings(BaseSettings):
         1.22,
         ge=0.5,
         le=3.0,
-        description="Served-model tokens per cl100k token, worst case (from `hsi llm calibrate`); scales the estimates.",
+        description="Served-model tokens per cl100k token, worst case (`hsi llm calibrate`); scales the estimates.",
     )
 
     # --- batching (contract section 2) ---
@@ -134,12 +157,17 @@ class HsiSettings(BaseSettings):
             return tuple(label.strip() for label in value.split(",") if label.strip())
         return value
 
-    @field_validator("GPU_LAYERS")
+    @field_validator("GPU_LAYERS", mode="before")
     @classmethod
-    def _check_gpu_layers(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value in ("auto", "all") or (value.isdigit()):
+    def _parse_gpu_layers(cls, value: object) -> GpuLayers:
+        """The one parse of GPU_LAYERS: auto / all (any case) or a whole number of layers, as an int."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
+        text = str(value).strip().lower()
+        if text == "auto" or text == "all":
+            return text  # type: ignore[return-value]  # narrowed to the two literals
+        if text.isdigit():
+            return int(text)
         raise ValueError("accepted values are auto, all, or a whole number of layers")
 
     @field_validator(
@@ -164,9 +192,9 @@ class HsiSettings(BaseSettings):
     def _per_slot_context_holds_output(self) -> HsiSettings:
         if self.slot_context < self.NEMOTRON_MAX_OUTPUT_TOKENS + MIN_PROMPT_TOKENS:
             raise ValueError(
-                f"CTX_SIZE / PARALLEL = {self.CTX_SIZE} / {self.PARALLEL} = {self.slot_context} tokens per slot cannot hold "
-                f"NEMOTRON_MAX_OUTPUT_TOKENS ({self.NEMOTRON_MAX_OUTPUT_TOKENS}) plus a minimal prompt ({MIN_PROMPT_TOKENS}); "
-                "raise CTX_SIZE or lower PARALLEL"
+                f"CTX_SIZE / PARALLEL = {self.CTX_SIZE} / {self.PARALLEL} = {self.slot_context} tokens per slot "
+                f"cannot hold NEMOTRON_MAX_OUTPUT_TOKENS ({self.NEMOTRON_MAX_OUTPUT_TOKENS}) plus a minimal prompt "
+                f"({MIN_PROMPT_TOKENS}); raise CTX_SIZE or lower PARALLEL"
             )
         return self
 
@@ -183,8 +211,10 @@ class HsiSettings(BaseSettings):
 
     @property
     def llm_urls(self) -> list[str]:
+        """The one parse of LLAMA_SERVER_URL: each server once, in order, without a trailing slash (a repeated URL
+        adds no slots: they are per server). Empty = the local server at LLM_HOST:LLM_PORT."""
         raw = self.LLAMA_SERVER_URL.strip() or f"http://{self.LLM_HOST}:{self.LLM_PORT}"
-        return [url.strip().rstrip("/") for url in raw.split(",") if url.strip()]
+        return list(dict.fromkeys(url.strip().rstrip("/") for url in raw.split(",") if url.strip()))
 
     @property
     def api_key(self) -> str | None:
@@ -199,28 +229,43 @@ class HsiSettings(BaseSettings):
 
         return bundled_smollm2_path()
 
-    def consistency_warnings(self) -> list[str]:
-        """Values that are each valid but do not fit together (reported, not fatal)."""
-        warnings = []
-        if self.ANALYSIS_WORKER_COUNT != self.PARALLEL:
-            warnings.append(
-                f"ANALYSIS_WORKER_COUNT ({self.ANALYSIS_WORKER_COUNT}) != PARALLEL ({self.PARALLEL}): "
-                + (
-                    "requests will queue inside llama-server"
-                    if self.ANALYSIS_WORKER_COUNT > self.PARALLEL
-                    else "slots will sit idle"
-                )
-            )
-        if self.fallback_prompt_budget < 2 * MIN_PROMPT_TOKENS:
-            warnings.append(
-                f"the prompt budget per slot is only {self.fallback_prompt_budget} tokens; enrichment sections will be dropped often"
-            )
-        if self.DRAFT_MODEL_PATH:
-            warnings.append(
-                "DRAFT_MODEL_PATH is set: speculative decoding is refused for hybrid models such as Nemotron-3-Nano"
-            )
-        return warnings
+    # --- plain values for Dagster resources ---
+    def plain_values(self) -> dict[str, Any]:
+        """Every setting except the secrets, as JSON values (unset ones left out): what `PipelineSettingsResource`
+        is configured with, and all `from_values` needs to rebuild these settings."""
+        return self.model_dump(mode="json", exclude=set(SECRET_SETTINGS), exclude_none=True)
 
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> HsiSettings:
+        """Settings from plain values only: no file, no environment (the values were read once, by load_settings).
+        Raises SettingsError naming each bad variable."""
+        try:
+            return _ValuesOnly(**values)
+        except ValidationError as exc:
+            raise _settings_error(exc) from None
+
+
+class _ValuesOnly(HsiSettings):
+    """HsiSettings built from the given values and the defaults only (`HsiSettings.from_values`)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+
+# Settings that are secrets (typed SecretStr): never handed to a Dagster resource as a plain value.
+SECRET_SETTINGS = frozenset(
+    name
+    for name, field in HsiSettings.model_fields.items()
+    if SecretStr in (getattr(field.annotation, "__args__", None) or (field.annotation,))
+)
 
 _BOOL_ACCEPTED = "true or false (also 1/0, yes/no, on/off)"
 
@@ -247,7 +292,7 @@ def _numeric_accepted(name: str) -> str | None:
     return kind + (" " + " and ".join(bounds) if bounds else "")
 
 
-def _describe(error: dict) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     loc = error.get("loc", ())
     message = error.get("msg", "invalid").removeprefix("Value error, ")
     if not loc:  # a model-level check: its message names the variables involved
@@ -276,10 +321,44 @@ def _describe(error: dict) -> str:
     return f"{name}={value!r} is invalid: {message}"
 
 
-def load_settings(env_file: str | os.PathLike | None = None, **overrides: object) -> HsiSettings:
-    """Read `.env` then the environment; raise SettingsError naming each bad variable."""
+def _settings_error(exc: ValidationError) -> SettingsError:
+    problems = "; ".join(_describe(error) for error in exc.errors())
+    return SettingsError(f"invalid configuration: {problems}")
+
+
+def load_settings(env_file: str | os.PathLike | None = None, **overrides: Any) -> HsiSettings:
+    """`overrides`, then the environment, then the settings file (`env_file`, else HSI_ENV_FILE, else hsi.env),
+    then the defaults. Raises SettingsError naming each bad variable."""
     try:
         return HsiSettings(_env_file=env_file or default_env_file(), **overrides)  # type: ignore[call-arg]
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors())
-        raise SettingsError(f"invalid configuration: {problems}") from None
+        raise _settings_error(exc) from None
+
+
+def dagster_dotenv_settings(directory: str | os.PathLike = ".") -> list[str]:
+    """Settings named in a `.env` in `directory`. Dagster's commands load that file OVER the process environment,
+    so a setting there beats an exported value in Dagster processes only; callers warn about it."""
+    path = Path(directory) / DAGSTER_DOTENV
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    names = []
+    for line in lines:
+        name, sep, _ = line.strip().removeprefix("export ").partition("=")
+        if sep and name.strip() in HsiSettings.model_fields:
+            names.append(name.strip())
+    return names
+
+
+def load_camera_profiles(path: str | os.PathLike) -> dict[str, CameraProfile]:
+    """Read the camera profile file (CAMERA_CONTEXT_PATH, YAML or JSON); CameraProfileError names the file, the
+    camera and the field on bad input. The parsing itself is pure (`core/camera_profiles.py`)."""
+    from hsi_dagster.core.camera_profiles import CameraProfileError, parse_camera_profiles
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CameraProfileError(f"cannot read camera profiles {path}: {exc.strerror or exc}") from None
+    return parse_camera_profiles(text, source=str(path), json_format=path.suffix.lower() == ".json")

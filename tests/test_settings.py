@@ -1,4 +1,4 @@
-"""HsiSettings: defaults, `.env.example`, precedence (env > .env file > defaults), errors and consistency checks."""
+"""HsiSettings: defaults, `hsi.env.example`, precedence (init > env > file > defaults), errors, plain values."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from hsi_dagster.settings import HsiSettings, SettingsError, load_settings
+from hsi_dagster.settings import HsiSettings, SettingsError, dagster_dotenv_settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-ENV_EXAMPLE = REPO / ".env.example"
+ENV_EXAMPLE = REPO / "hsi.env.example"
 
 # Every field of HsiSettings and its default, written from the issue (not read from the code).
 DEFAULTS: dict[str, object] = {
@@ -36,7 +37,6 @@ DEFAULTS: dict[str, object] = {
     "NEMOTRON_MAX_OUTPUT_TOKENS": 1536,
     "LLM_READ_TIMEOUT_SECONDS": 120.0,
     "LLM_STARTUP_TIMEOUT_SECONDS": 300.0,
-    "ANALYSIS_WORKER_COUNT": 2,
     "HSI_DUCKDB_PATH": "data/hsi.duckdb",
     "HSI_INBOX_DIR": "data/inbox",
     "PARTITION_RETENTION_DAYS": 7.0,
@@ -88,12 +88,12 @@ def _values(settings: HsiSettings) -> dict[str, object]:
 
 
 def _example_variables() -> dict[str, str]:
-    """NAME=value lines of .env.example (comments and blank lines skipped)."""
+    """NAME=value lines of hsi.env.example (comments and blank lines skipped)."""
     variables: dict[str, str] = {}
     for line in ENV_EXAMPLE.read_text(encoding="utf-8").splitlines():
         match = re.match(r"^([A-Z][A-Z0-9_]*)=(.*)$", line.strip())
         if match:
-            assert match.group(1) not in variables, f"{match.group(1)} is set twice in .env.example"
+            assert match.group(1) not in variables, f"{match.group(1)} is set twice in hsi.env.example"
             variables[match.group(1)] = match.group(2)
     return variables
 
@@ -122,8 +122,8 @@ def test_derived_defaults_server_url_and_bundled_model() -> None:
 def test_env_example_documents_every_field() -> None:
     documented = set(_example_variables())
     fields = set(HsiSettings.model_fields)
-    assert fields - documented == set(), "settings missing from .env.example"
-    assert documented - fields == set(), ".env.example sets variables HsiSettings does not know"
+    assert fields - documented == set(), "settings missing from hsi.env.example"
+    assert documented - fields == set(), "hsi.env.example sets variables HsiSettings does not know"
 
 
 def test_env_example_as_env_file_gives_exactly_the_defaults() -> None:
@@ -134,7 +134,7 @@ def test_env_example_as_env_file_gives_exactly_the_defaults() -> None:
 def test_env_file_overrides_defaults(tmp_path: Path) -> None:
     env = tmp_path / "custom.env"
     env.write_text(
-        "# comment\nCTX_SIZE=65536\nPARALLEL=4\nANALYSIS_WORKER_COUNT=4\nFLASH_ATTENTION=false\nCACHE_TYPE_V=q8_0\n"
+        "# comment\nCTX_SIZE=65536\nPARALLEL=4\nGPU_LAYERS=40\nFLASH_ATTENTION=false\nCACHE_TYPE_V=q8_0\n"
         "THREADS=6\nLLAMA_SERVER_URL=http://gpu-a:8091/, http://gpu-b:8091\nENRICHMENT_QUALITY_LEVEL=minimal\n"
         "FAST_PATH_LABELS=person, car\nALERT_WEBHOOK_URL=http://127.0.0.1:9/hook\nHSI_DUCKDB_PATH=/tmp/x.duckdb\n",
         encoding="utf-8",
@@ -142,7 +142,7 @@ def test_env_file_overrides_defaults(tmp_path: Path) -> None:
     settings = load_settings(env_file=env)
     assert settings.CTX_SIZE == 65536
     assert settings.PARALLEL == 4
-    assert settings.ANALYSIS_WORKER_COUNT == 4
+    assert settings.GPU_LAYERS == 40  # parsed once, to a number
     assert settings.FLASH_ATTENTION is False
     assert settings.CACHE_TYPE_V == "q8_0"
     assert settings.THREADS == 6
@@ -215,18 +215,6 @@ def test_invalid_value_in_env_file_is_reported_too(tmp_path: Path) -> None:
     assert "PARALLEL='many'" in message  # every bad variable is named, not only the first
 
 
-def test_worker_count_different_from_parallel_is_a_warning_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert load_settings(env_file="/dev/null").consistency_warnings() == []
-    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "3")
-    warnings = load_settings(env_file="/dev/null").consistency_warnings()
-    assert len(warnings) == 1
-    assert "ANALYSIS_WORKER_COUNT (3)" in warnings[0] and "PARALLEL (2)" in warnings[0]
-    assert "queue" in warnings[0]
-    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "1")
-    (warning,) = load_settings(env_file="/dev/null").consistency_warnings()
-    assert "idle" in warning
-
-
 def test_slot_too_small_for_output_plus_minimal_prompt_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CTX_SIZE", "4096")
     monkeypatch.setenv("PARALLEL", "2")
@@ -248,7 +236,6 @@ def test_slot_size_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings(env_file="/dev/null")
     # the same total context is fine with fewer slots
     monkeypatch.setenv("PARALLEL", "1")
-    monkeypatch.setenv("ANALYSIS_WORKER_COUNT", "1")
     assert load_settings(env_file="/dev/null").slot_context == 2 * 2560 - 2
 
 
@@ -264,6 +251,63 @@ def test_api_key_is_usable_but_never_in_repr(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_settings_are_immutable() -> None:
     settings = load_settings(env_file="/dev/null")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         settings.PARALLEL = 4  # type: ignore[misc]
     assert settings.PARALLEL == 2
+
+
+def test_default_settings_file_is_hsi_env_never_dagsters_dotenv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without HSI_ENV_FILE the file is `hsi.env` in the working directory; a `.env` (which Dagster's commands load
+    over the environment) is not read, only reported by dagster_dotenv_settings."""
+    monkeypatch.delenv("HSI_ENV_FILE")
+    (tmp_path / "hsi.env").write_text("BATCH_WINDOW_SECONDS=45\n", encoding="utf-8")
+    (tmp_path / ".env").write_text("export HSI_INBOX_DIR=elsewhere\nSOMETHING_ELSE=1\n# PARALLEL=4\n", encoding="utf-8")
+    settings = load_settings()
+    assert settings.BATCH_WINDOW_SECONDS == 45.0
+    assert settings.HSI_INBOX_DIR == "data/inbox"
+    assert dagster_dotenv_settings(tmp_path) == ["HSI_INBOX_DIR"]
+    assert dagster_dotenv_settings(tmp_path / "absent") == []
+
+
+@pytest.mark.parametrize(("raw", "parsed"), [("auto", "auto"), (" ALL ", "all"), ("0", 0), ("48", 48)])
+def test_gpu_layers_is_parsed_once_to_auto_all_or_a_number(
+    monkeypatch: pytest.MonkeyPatch, raw: str, parsed: object
+) -> None:
+    monkeypatch.setenv("GPU_LAYERS", raw)
+    gpu_layers = load_settings(env_file="/dev/null").GPU_LAYERS
+    assert gpu_layers == parsed
+
+
+def test_gpu_layers_refuses_a_negative_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_LAYERS", "-1")
+    with pytest.raises(SettingsError, match="GPU_LAYERS='-1' is invalid: accepted values are auto, all"):
+        load_settings(env_file="/dev/null")
+
+
+def test_server_urls_are_split_once_each_server_once() -> None:
+    settings = load_settings(env_file="/dev/null", LLAMA_SERVER_URL=" http://a:1/ ,http://b:2,, http://a:1")
+    assert settings.llm_urls == ["http://a:1", "http://b:2"]
+
+
+def test_plain_values_rebuild_the_same_settings_without_file_environment_or_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What Dagster resources are configured with: read once, then rebuilt from the values alone."""
+    env = tmp_path / "custom.env"
+    env.write_text("CTX_SIZE=65536\nFAST_PATH_LABELS=person,car\nTHREADS=\n", encoding="utf-8")
+    monkeypatch.setenv("PARALLEL", "4")
+    monkeypatch.setenv("LLAMA_API_KEY", "sk-secret")
+    monkeypatch.setenv("MQTT_PASSWORD", "mqtt-secret")
+    settings = load_settings(env_file=env, GPU_LAYERS="12")
+    values = settings.plain_values()
+    assert "LLAMA_API_KEY" not in values and "MQTT_PASSWORD" not in values and "THREADS" not in values
+    assert "sk-secret" not in repr(values) and "mqtt-secret" not in repr(values)
+    monkeypatch.setenv("PARALLEL", "8")  # later changes to the environment do not reach the rebuilt settings
+    rebuilt = HsiSettings.from_values(values)
+    assert _values(rebuilt) == {**_values(settings), "LLAMA_API_KEY": None, "MQTT_PASSWORD": None}
+    assert rebuilt.PARALLEL == 4 and rebuilt.CTX_SIZE == 65536 and rebuilt.GPU_LAYERS == 12
+    assert rebuilt.FAST_PATH_LABELS == ("person", "car")
+    with pytest.raises(SettingsError, match="PARALLEL=0 is invalid: accepted values are whole numbers >= 1"):
+        HsiSettings.from_values({**values, "PARALLEL": 0})

@@ -3,7 +3,6 @@
 import dagster as dg
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.camera_profiles import load_camera_profiles
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
@@ -32,7 +31,7 @@ def enriched_contexts(
     fetched = enrichment.fetch(batch, batch_detections, types)
     for error in fetched.errors:
         context.log.warning(f"batch {context.partition_key}: enrichment: {error}")
-    profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH) if settings.CAMERA_CONTEXT_PATH else {}
+    profiles = pipeline_settings.camera_profiles()
     enriched = build_context(
         batch,
         fetched.detections,

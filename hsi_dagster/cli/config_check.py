@@ -1,4 +1,4 @@
-"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings in .env."""
+"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings (hsi.env and the environment)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hsi_dagster.llm.gguf import read_metadata
 
 
 def add_config_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
+    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or hsi.env)")
     parser.add_argument("--model", default=None, help="GGUF whose header to check against (default: MODEL_PATH)")
     parser.add_argument("--no-model", action="store_true", help="skip the model-dependent checks")
     return parser

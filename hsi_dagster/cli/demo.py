@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from hsi_dagster.core.camera_profiles import EXAMPLE_CAMERAS_PATH
-from hsi_dagster.settings import HsiSettings, load_settings
+from hsi_dagster.cli.environment import export, settings_with
+from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, HsiSettings, load_settings
 
 DEMO_DB = "data/demo.duckdb"
 # (UTC hour, seed) of the two simulated night segments: with seed offset 0 they cover night-time loitering at a
@@ -64,11 +64,10 @@ def run_demo(
     from hsi_dagster.synthetic.streams import simulate, write_jsonl
 
     started = time.perf_counter()
-    if not os.environ.get("HSI_DUCKDB_PATH"):
-        os.environ["HSI_DUCKDB_PATH"] = DEMO_DB
-    if not settings.CAMERA_CONTEXT_PATH:
-        os.environ["CAMERA_CONTEXT_PATH"] = str(EXAMPLE_CAMERAS_PATH)
-    settings = load_settings()
+    settings = settings_with(
+        HSI_DUCKDB_PATH=None if os.environ.get("HSI_DUCKDB_PATH") else DEMO_DB,
+        CAMERA_CONTEXT_PATH=None if settings.CAMERA_CONTEXT_PATH else str(EXAMPLE_CAMERAS_PATH),
+    )
     db = Path(settings.HSI_DUCKDB_PATH)
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)  # the demo's report covers this run only
@@ -99,7 +98,7 @@ def run_demo(
     else:
         server = EmbeddedServerProcess(port=settings.LLM_PORT, log_path=str(db.parent / "llama-server.log"))
         server.start()
-        os.environ["LLAMA_SERVER_URL"] = server.url
+        export(LLAMA_SERVER_URL=server.url)
         print(
             f"2/4 started the embedded llama.cpp server at {server.url} ({settings.model_file.name}, "
             f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from hsi_dagster.cli.environment import export
 from hsi_dagster.partitions import DUCKDB_WRITES_POOL, LLAMA_SLOTS_POOL
 from hsi_dagster.settings import HsiSettings
 
@@ -27,7 +28,7 @@ def ensure_dagster_home() -> Path:
     target = home / "dagster.yaml"
     if not target.exists() and INSTANCE_TEMPLATE.exists():
         shutil.copyfile(INSTANCE_TEMPLATE, target)
-    os.environ["DAGSTER_HOME"] = str(home)
+    export(DAGSTER_HOME=str(home))
     return home
 
 

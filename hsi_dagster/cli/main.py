@@ -34,11 +34,9 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def _settings(args: argparse.Namespace):
-    from hsi_dagster.settings import load_settings
+    from hsi_dagster.cli.environment import settings_with
 
-    if getattr(args, "db", None):
-        os.environ["HSI_DUCKDB_PATH"] = args.db  # also seen by worker processes and Dagster resources
-    return load_settings()
+    return settings_with(HSI_DUCKDB_PATH=getattr(args, "db", None) or None)  # --db: for the workers too
 
 
 # ----------------------------------------------------------------------------------------------- commands
@@ -154,7 +152,7 @@ def cmd_llm_calibrate(args: argparse.Namespace) -> int:
         f"max {report.max_ratio:.3f}"
     )
     print(
-        f"set PROMPT_TOKEN_RATIO={suggested} in .env (max ratio + {RATIO_HEADROOM - 1:.0%} headroom); "
+        f"set PROMPT_TOKEN_RATIO={suggested} in hsi.env (max ratio + {RATIO_HEADROOM - 1:.0%} headroom); "
         f"now {settings.PROMPT_TOKEN_RATIO}"
     )
     return 0
@@ -267,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_arguments(p)
     p.set_defaults(func=cmd_plan)
     config = sub.add_parser("config", help="configuration").add_subparsers(dest="config_command", required=True)
-    p = config.add_parser("check", help="flag inconsistent .env values")
+    p = config.add_parser("check", help="flag inconsistent settings (hsi.env and the environment)")
     add_config_check_arguments(p)
     p.set_defaults(func=cmd_config_check)
 

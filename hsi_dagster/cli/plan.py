@@ -12,10 +12,10 @@ from hsi_dagster.llm.planner import Plan, PlanInputs, format_bytes, plan_from_me
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Arguments of `hsi plan`; settings not given here come from .env / the environment."""
+    """Arguments of `hsi plan`; settings not given here come from hsi.env / the environment."""
     parser.add_argument("--model", default=None, help="GGUF file (default: MODEL_PATH, else the bundled SmolLM2)")
     parser.add_argument("--gpu-mem-gib", type=float, default=None, help="GPU memory to plan for, GiB (e.g. 24)")
-    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
+    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or hsi.env)")
     parser.add_argument("--ctx-size", type=int, default=None, help="override CTX_SIZE")
     parser.add_argument("--parallel", type=int, default=None, help="override PARALLEL")
     parser.add_argument("--n-cpu-moe", type=int, default=None, help="override N_CPU_MOE")

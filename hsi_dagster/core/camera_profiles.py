@@ -14,20 +14,19 @@ The file (YAML or JSON; `CAMERA_CONTEXT_PATH`) has a top-level `cameras` mapping
 
 Unknown keys are errors (a typo would otherwise silently drop context). The rendered text comes right after
 the static system prompt, so it is shared by every batch of one camera in llama-server's prompt cache.
+
+Pure: this module parses text; reading the file is `hsi_dagster.settings.load_camera_profiles`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-EXAMPLE_CAMERAS_PATH = Path(__file__).resolve().parents[1] / "data" / "cameras.example.yaml"
 
 _HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 
@@ -145,28 +144,22 @@ def _entries(raw: Any, source: str) -> list[tuple[str, dict]]:
     raise CameraProfileError(f"{source}: 'cameras' must be a mapping or a list")
 
 
-def load_camera_profiles(path: str | Path) -> dict[str, CameraProfile]:
-    """Read a YAML or JSON profile file; raise CameraProfileError naming the camera and field on bad input."""
-    path = Path(path)
+def parse_camera_profiles(text: str, *, source: str, json_format: bool = False) -> dict[str, CameraProfile]:
+    """Profiles from the text of a YAML (or, with json_format, JSON) file; CameraProfileError names `source`, the
+    camera and the field on bad input."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CameraProfileError(f"cannot read camera profiles {path}: {exc.strerror or exc}") from None
-    try:
-        raw = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        raw = json.loads(text) if json_format else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CameraProfileError(
-            f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}"
-        ) from None
+        raise CameraProfileError(f"{source}: not valid {'JSON' if json_format else 'YAML'}: {exc}") from None
     profiles: dict[str, CameraProfile] = {}
-    for camera_id, body in _entries(raw, str(path)):
+    for camera_id, body in _entries(raw, source):
         if camera_id in profiles:
-            raise CameraProfileError(f"{path}: camera {camera_id!r} is defined twice")
+            raise CameraProfileError(f"{source}: camera {camera_id!r} is defined twice")
         try:
             profiles[camera_id] = CameraProfile.model_validate(body)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'profile'}: {err['msg']}" for err in exc.errors()
             )
-            raise CameraProfileError(f"{path}: camera {camera_id!r}: {problems}") from None
+            raise CameraProfileError(f"{source}: camera {camera_id!r}: {problems}") from None
     return profiles

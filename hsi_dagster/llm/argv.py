@@ -1,7 +1,7 @@
 """The llama-server command line, built from the one settings-to-options mapping (`options.py`).
 
 The production image (`ai/nemotron/`) starts the server with `python -m hsi_dagster.llm.argv --exec`, so the
-flags come from the same `.env` / environment as every other part of the project. The flag spellings follow
+flags come from the same settings file / environment as every other part of the project. The flag spellings follow
 the llama.cpp build pinned in `ai/nemotron/Dockerfile` (LLAMA_CPP_TAG, the same build as the `xllamacpp`
 wheel behind the embedded server); check them again when that tag moves.
 
@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 import warnings
 from collections.abc import Sequence
 
-from hsi_dagster.llm.options import LlamaServerOptions
-from hsi_dagster.settings import KV_CACHE_TYPES, SettingsError, load_settings
+from hsi_dagster.llm.options import FLOAT_CACHE_TYPES, LlamaServerOptions, OptionError, parse_override_tensor
+from hsi_dagster.settings import SettingsError, load_settings
+
+__all__ = [
+    "FLOAT_CACHE_TYPES",
+    "ArgvError",
+    "LlamaArgvWarning",
+    "build_argv",
+    "main",
+    "parse_override_tensor",
+]
 
 # The llama.cpp release the flag spellings below were checked against (ai/nemotron/Dockerfile pins it).
 PINNED_LLAMA_CPP_TAG = "b11549"
@@ -28,102 +36,12 @@ PINNED_LLAMA_CPP_TAG = "b11549"
 # Where docker compose mounts the secret; the entrypoint passes it with --api-key-file when present.
 DEFAULT_SECRET_FILE = "/run/secrets/llama_api_key"
 
-# Cache types llama.cpp can only use for V with flash attention ("quantized V cache requires flash_attn").
-FLOAT_CACHE_TYPES = ("f32", "f16", "bf16")
-
-# Settings variable behind each option, for error messages that name what the operator has to edit.
-VARIABLE_OF = {
-    "model_path": "MODEL_PATH",
-    "host": "LLM_HOST",
-    "port": "LLM_PORT",
-    "ctx_size": "CTX_SIZE",
-    "parallel": "PARALLEL",
-    "gpu_layers": "GPU_LAYERS",
-    "flash_attention": "FLASH_ATTENTION",
-    "cache_type_k": "CACHE_TYPE_K",
-    "cache_type_v": "CACHE_TYPE_V",
-    "cache_reuse": "CACHE_REUSE",
-    "threads": "THREADS",
-    "batch_size": "BATCH_SIZE",
-    "mlock": "MLOCK",
-    "n_cpu_moe": "N_CPU_MOE",
-    "override_tensor": "OVERRIDE_TENSOR",
-    "draft_model_path": "DRAFT_MODEL_PATH",
-    "api_key_file": "LLAMA_API_KEY_FILE",
-}
-
-
-class ArgvError(ValueError):
-    """An option cannot become a valid llama-server flag; `variable` is the setting to fix."""
-
-    def __init__(self, variable: str, message: str) -> None:
-        super().__init__(f"{variable}: {message}")
-        self.variable = variable
+# An option that cannot become a valid flag: the options' own error, naming the setting to fix (`.variable`).
+ArgvError = OptionError
 
 
 class LlamaArgvWarning(UserWarning):
     """A flag that llama-server accepts but that will not do what the operator expects."""
-
-
-def parse_override_tensor(value: str) -> list[tuple[str, str]]:
-    """Split `PATTERN=BUFFER[,PATTERN=BUFFER...]` as llama.cpp does; raise ArgvError on a malformed entry."""
-    entries = []
-    for raw in value.split(","):
-        pattern, sep, buffer = raw.strip().partition("=")
-        if not sep or not pattern or not buffer:
-            raise ArgvError(
-                "OVERRIDE_TENSOR",
-                f"{value!r} is invalid: each entry must read <tensor name regex>=<buffer type>, e.g. 'exps=CPU'",
-            )
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ArgvError("OVERRIDE_TENSOR", f"{pattern!r} is not a valid regular expression ({exc})") from None
-        entries.append((pattern, buffer))
-    return entries
-
-
-def _validate(options: LlamaServerOptions, api_key_file: str | None) -> None:
-    """Reject values llama-server would refuse (or silently misread) before it spends minutes loading."""
-    if not str(options.model_path).strip():
-        raise ArgvError("MODEL_PATH", "empty value")
-    if not options.host or any(ch.isspace() for ch in options.host):
-        raise ArgvError("LLM_HOST", f"{options.host!r} is not a host address")
-    if not 1 <= options.port <= 65535:
-        raise ArgvError("LLM_PORT", f"{options.port} is outside 1-65535")
-    if options.parallel < 1:
-        raise ArgvError("PARALLEL", f"{options.parallel} must be at least 1")
-    if options.ctx_size < options.parallel:
-        raise ArgvError("CTX_SIZE", f"{options.ctx_size} leaves no context for each of the {options.parallel} slots")
-    gpu_layers = str(options.gpu_layers).strip().lower()
-    if not (gpu_layers in ("auto", "all") or gpu_layers.isdigit()):
-        raise ArgvError(
-            "GPU_LAYERS", f"{options.gpu_layers!r} is invalid: accepted values are auto, all, or a whole number"
-        )
-    for field in ("cache_type_k", "cache_type_v"):
-        value = getattr(options, field)
-        if value not in KV_CACHE_TYPES:
-            raise ArgvError(
-                VARIABLE_OF[field], f"{value!r} is invalid: accepted values are {', '.join(KV_CACHE_TYPES)}"
-            )
-    if options.cache_type_v not in FLOAT_CACHE_TYPES and not options.flash_attention:
-        raise ArgvError(
-            "CACHE_TYPE_V",
-            f"{options.cache_type_v} needs FLASH_ATTENTION=true (llama.cpp refuses a quantized V cache without it)",
-        )
-    for field, minimum in (("cache_reuse", 0), ("batch_size", 1), ("threads", 1), ("n_cpu_moe", 0)):
-        value = getattr(options, field)
-        if value is not None and value < minimum:
-            raise ArgvError(VARIABLE_OF[field], f"{value} must be at least {minimum}")
-    if options.override_tensor is not None:
-        parse_override_tensor(options.override_tensor)
-        if options.n_cpu_moe is not None:
-            raise ArgvError(
-                "N_CPU_MOE",
-                "set together with OVERRIDE_TENSOR; both place MoE expert tensors, set only one of them",
-            )
-    if api_key_file is not None and not api_key_file.strip():
-        raise ArgvError("LLAMA_API_KEY_FILE", "empty value")
 
 
 def build_argv(
@@ -131,16 +49,19 @@ def build_argv(
 ) -> list[str]:
     """The llama-server argv for `options`; the API key is only ever referenced by file, never inlined.
 
-    Raises ArgvError naming the setting when a value cannot work. Warns (LlamaArgvWarning) for a draft model.
+    Raises ArgvError naming the setting when a value cannot work (`LlamaServerOptions.problems`). Warns
+    (LlamaArgvWarning) for a draft model.
     """
-    _validate(options, api_key_file)
+    options.check()
+    if api_key_file is not None and not api_key_file.strip():
+        raise ArgvError("LLAMA_API_KEY_FILE", "empty value")
     argv = [
         binary,
         "--model", str(options.model_path),
         "--alias", options.served_name,
         "--host", options.host,
         "--port", str(options.port),
-        "--n-gpu-layers", str(options.gpu_layers).strip().lower(),
+        "--n-gpu-layers", str(options.gpu_layers),
         "--ctx-size", str(options.ctx_size),
         "--parallel", str(options.parallel),
         "--cont-batching" if options.cont_batching else "--no-cont-batching",
@@ -162,8 +83,8 @@ def build_argv(
         argv += ["--load-mode", "mmap+mlock"]
     if options.n_cpu_moe:
         argv += ["--n-cpu-moe", str(options.n_cpu_moe)]
-    if options.override_tensor is not None:
-        argv += ["--override-tensor", options.override_tensor]
+    if options.override_tensor_text is not None:
+        argv += ["--override-tensor", options.override_tensor_text]
     if options.draft_model_path:
         warnings.warn(
             "DRAFT_MODEL_PATH is set: llama.cpp refuses speculative decoding for hybrid/recurrent models such as "
@@ -196,7 +117,7 @@ def _memfd_key_file(key: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hsi_dagster.llm.argv",
-        description="Build the llama-server command line from .env / the environment (the same settings as `hsi`).",
+        description="Build the llama-server command line from hsi.env / the environment (the same settings as `hsi`).",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -205,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument(
         "--exec", dest="mode", action="store_const", const="exec", help="replace this process with llama-server"
     )
-    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or .env)")
+    parser.add_argument("--env-file", default=None, help="settings file (default: HSI_ENV_FILE or hsi.env)")
     parser.add_argument(
         "--binary", default="llama-server", help="llama-server executable (default: llama-server on PATH)"
     )

@@ -30,30 +30,6 @@ class Finding:
         return f"{self.level.upper():7} {self.variable}: {self.message}"
 
 
-def _workers(settings: HsiSettings) -> list[Finding]:
-    workers, slots = settings.ANALYSIS_WORKER_COUNT, settings.PARALLEL
-    if workers > slots:
-        return [
-            Finding(
-                "warning",
-                "ANALYSIS_WORKER_COUNT",
-                f"{workers} workers for {slots} llama-server slots: {workers - slots} requests at a time wait "
-                "inside the server (llamacpp:requests_deferred) while their LLM_READ_TIMEOUT_SECONDS runs; "
-                "set it to PARALLEL",
-            )
-        ]
-    if workers < slots:
-        return [
-            Finding(
-                "warning",
-                "ANALYSIS_WORKER_COUNT",
-                f"{workers} workers for {slots} slots: {slots - workers} slots sit idle while still holding "
-                "their share of CTX_SIZE; set it to PARALLEL or lower PARALLEL",
-            )
-        ]
-    return []
-
-
 def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
     slot = settings.slot_context
     budget = settings.fallback_prompt_budget
@@ -194,7 +170,7 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
                 "comes from context checkpoints (check timings.cache_n)",
             )
         )
-    if meta is not None and settings.GPU_LAYERS.isdigit() and int(settings.GPU_LAYERS) > meta.n_layer + 1:
+    if meta is not None and isinstance(settings.GPU_LAYERS, int) and settings.GPU_LAYERS > meta.n_layer + 1:
         findings.append(
             Finding(
                 "info",
@@ -217,7 +193,6 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
 def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None) -> list[Finding]:
     """Every inconsistency between `settings` (and the model, when its metadata is given), errors first."""
     findings = [
-        *_workers(settings),
         *_slot_budget(settings, model_meta),
         *_cache_types(settings, model_meta),
         *_draft(settings, model_meta),

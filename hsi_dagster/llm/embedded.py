@@ -20,17 +20,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
 from hsi_dagster.llm.options import LlamaServerOptions
-from hsi_dagster.settings import KV_CACHE_TYPES, HsiSettings, SettingsError, load_settings
+from hsi_dagster.settings import GpuLayers, HsiSettings, SettingsError, load_settings
 
 # llama.cpp log levels: 0 output, 1 error, 2 warning, 3 info (xllamacpp default), 4 debug.
 DEFAULT_VERBOSITY = 2
 _PARENT_PID_ENV = "HSI_EMBEDDED_PARENT_PID"
-_QUANTIZED = {"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"}
 
 
 class EmbeddedServerError(RuntimeError):
@@ -44,30 +43,35 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def _gpu_layers(value: str) -> int:
+def _gpu_layers(value: GpuLayers) -> int:
     """auto -> -1 (llama.cpp fits layers to free memory), all -> -2 (xllamacpp: "<= -2 is all"), N -> N."""
-    value = str(value).strip().lower()
     if value == "auto":
         return -1
     if value == "all":
         return -2
-    if value.isdigit():
-        return int(value)
-    raise SettingsError(f"GPU_LAYERS={value!r} is invalid: accepted values are auto, all, or a whole number of layers")
+    return int(value)
 
 
 def _ggml_type(xllamacpp: Any, value: str, variable: str) -> Any:
-    name = str(value).strip().lower()
-    member = getattr(xllamacpp.ggml_type, f"GGML_TYPE_{name.upper()}", None)
-    if name not in KV_CACHE_TYPES or member is None:
-        raise SettingsError(f"{variable}={value!r} is invalid: accepted values are {', '.join(KV_CACHE_TYPES)}")
+    member = getattr(xllamacpp.ggml_type, f"GGML_TYPE_{value.upper()}", None)
+    if member is None:
+        raise SettingsError(f"{variable}={value!r} is invalid: this xllamacpp build has no such cache type")
     return member
 
 
+def _expert_overrides(n_cpu_moe: int) -> list[str]:
+    """N_CPU_MOE as tensor overrides (this xllamacpp build has no n_cpu_moe parameter)."""
+    return [rf"blk\.{i}\.ffn_(up|down|gate)_exps=CPU" for i in range(n_cpu_moe)]
+
+
 def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOSITY) -> Any:
-    """Render options as xllamacpp.CommonParams; raise SettingsError naming the variable xllamacpp cannot take."""
+    """Render options as xllamacpp.CommonParams; raise SettingsError naming the variable xllamacpp cannot take.
+
+    Refuses what llama-server refuses (`LlamaServerOptions.problems`, shared with the production argv builder),
+    plus what only this embedded build lacks."""
     import xllamacpp
 
+    options.check()
     model = Path(options.model_path)
     if not model.is_file():
         raise SettingsError(f"MODEL_PATH={str(model)!r} is invalid: no such file")
@@ -75,15 +79,6 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
         raise SettingsError(
             "MLOCK=true is invalid for the embedded server: this xllamacpp build has no mlock parameter "
             "(use the production llama-server for --mlock)"
-        )
-    if options.cache_type_v in _QUANTIZED and not options.flash_attention:
-        raise SettingsError(
-            f"CACHE_TYPE_V={options.cache_type_v!r} is invalid with FLASH_ATTENTION=false: "
-            "a quantized V cache needs flash attention"
-        )
-    if options.ctx_size < options.parallel:
-        raise SettingsError(
-            f"CTX_SIZE={options.ctx_size} is invalid: it must be at least PARALLEL ({options.parallel})"
         )
 
     params = xllamacpp.CommonParams()
@@ -110,17 +105,16 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
     params.api_keys = [options.api_key] if options.api_key else []
     params.n_gpu_layers = _gpu_layers(options.gpu_layers)
 
-    overrides = [options.override_tensor] if options.override_tensor else []
+    overrides = [options.override_tensor_text] if options.override_tensor_text else []
     if options.n_cpu_moe:
-        overrides += [rf"blk\.{i}\.ffn_(up|down|gate)_exps=CPU" for i in range(int(options.n_cpu_moe))]
+        overrides += _expert_overrides(options.n_cpu_moe)
     if overrides:
         try:
             params.tensor_buft_overrides = ",".join(overrides)
         except ValueError as exc:
             variable = "OVERRIDE_TENSOR" if options.override_tensor else "N_CPU_MOE"
-            raise SettingsError(
-                f"{variable}={options.override_tensor or options.n_cpu_moe!r} is invalid: {exc}"
-            ) from None
+            value = options.override_tensor_text or options.n_cpu_moe
+            raise SettingsError(f"{variable}={value!r} is invalid: {exc}") from None
 
     if options.draft_model_path:
         draft = Path(options.draft_model_path)
@@ -166,7 +160,7 @@ def serve(
     options = LlamaServerOptions.from_settings(settings)
     params = build_params(options, verbosity=verbosity)
     stop = stop_event or threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
@@ -239,7 +233,6 @@ class EmbeddedServerProcess:
             log_path = name
         self.log_path = Path(log_path)
         self._proc: subprocess.Popen | None = None
-        self._log: IO[bytes] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -268,14 +261,14 @@ class EmbeddedServerProcess:
         if self.env_file is not None:
             env["HSI_ENV_FILE"] = self.env_file
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "hsi_dagster.llm.embedded", "--verbosity", str(self.verbosity)],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "hsi_dagster.llm.embedded", "--verbosity", str(self.verbosity)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         if wait:
             self.wait_until_healthy()
         return self
@@ -287,7 +280,6 @@ class EmbeddedServerProcess:
             while time.monotonic() < deadline:
                 if self._proc is None or self._proc.poll() is not None:
                     code = self._proc.returncode if self._proc else None
-                    self._close_log()
                     raise EmbeddedServerError(
                         f"embedded llama.cpp server for {self.url} exited with code {code} before it was ready; "
                         f"log {self.log_path}:\n{self.log_tail()}"
@@ -320,14 +312,8 @@ class EmbeddedServerProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout)
-        self._close_log()
         reset_server_cache(self.url)
         return proc.returncode
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def __enter__(self) -> EmbeddedServerProcess:
         if self._proc is None:
@@ -344,7 +330,7 @@ class EmbeddedServerProcess:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hsi_dagster.llm.embedded",
-        description="Run llama.cpp's server (xllamacpp) with the settings from .env and the environment.",
+        description="Run llama.cpp's server (xllamacpp) with the settings from hsi.env and the environment.",
     )
     parser.add_argument(
         "--verbosity", type=int, default=DEFAULT_VERBOSITY, help="llama.cpp log level: 1 errors, 2 warnings, 3 info"

@@ -1,25 +1,34 @@
-"""Where a batch's vision-model outputs come from, with the enrichment time limit (ENRICHMENT_TIMEOUT_SECONDS)."""
+"""Where a batch's vision-model outputs come from: one resource interface, two implementations.
 
+`InlineEnrichmentResource` (ENRICHMENT_BACKEND=inline, the default): the payloads are inside the detection records.
+`HttpEnrichmentResource` (ENRICHMENT_BACKEND=http, `resources/enrichment_gateway.py`): a vision gateway, within
+ENRICHMENT_TIMEOUT_SECONDS. Assets ask for an `EnrichmentResource`; `definitions.build_resources` picks the class.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 
-from hsi_dagster.core.enrichment_backends import EnrichmentResult, enrichment_source
+from hsi_dagster.core.enrichment_gateway import EnrichmentResult
 
 
-class EnrichmentResource(dg.ConfigurableResource):
-    """`inline` (payloads inside the detection records, the default) or `http` (a vision gateway).
+class EnrichmentResource(dg.ConfigurableResource, ABC):
+    """The enrichment payloads of a batch's detections, and the requested types that did not arrive in time."""
 
-    With `http`, a batch that is not fully enriched within `timeout_seconds` goes on with what is ready and the
-    context records which types are missing.
-    """
+    @abstractmethod
+    def fetch(
+        self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
+    ) -> EnrichmentResult: ...
 
-    backend: str = "inline"
-    gateway_url: str = "http://127.0.0.1:8092"
-    timeout_seconds: float = 30.0
+
+class InlineEnrichmentResource(EnrichmentResource):
+    """Payloads are already inside the detection records (contract section 1): nothing to wait for."""
 
     def fetch(
         self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
     ) -> EnrichmentResult:
-        return enrichment_source(self.backend, self.gateway_url, self.timeout_seconds).fetch(batch, detections, types)
+        return EnrichmentResult(detections=[dict(d) for d in detections])

@@ -5,15 +5,17 @@ lives in the client so that code outside Dagster behaves the same. Inside a run 
 `setup_for_execution` and closed in `teardown_after_execution`; outside a run (tests, CLI) `get_client()` builds
 one lazily.
 
-`base_url` accepts a comma-separated list (the LLAMA_SERVER_URL format). One URL: exactly one `LlamaClient`, as
-always. Several: a `LlamaRouter` (hsi_dagster/llm/router.py) with one client per URL sends each completion to the
-server with the most free slots, skips servers that are down and retries them after a cool-down; `ensure_ready`
-reports the smallest per-slot context of the reachable servers so one budget fits all. `get_client()` is then the
-FIRST URL's client (kept for callers that want one server); `chat_json`/`count_prompt_tokens` go through the router.
+`urls` are the servers of LLAMA_SERVER_URL, split once by the settings (`HsiSettings.llm_urls`) and passed as
+plain values by `definitions.build_resources`. One URL: exactly one `LlamaClient`. Several: a `LlamaRouter`
+(hsi_dagster/llm/router.py) with one client per URL sends each completion to the server with the most free slots,
+skips servers that are down and retries them after a cool-down; `ensure_ready` reports the smallest per-slot
+context of the reachable servers so one budget fits all. `get_client()` is then the FIRST URL's client (kept for
+callers that want one server); `chat_json`/`count_prompt_tokens` go through the router.
 
 OpenAI-compatible servers (vLLM) have no /props: the slot count comes from `fallback_total_slots` and, when
-/v1/models gives no max_model_len, the context from `fallback_slot_context`; both default to settings PARALLEL and
-CTX_SIZE / PARALLEL.
+/v1/models gives no max_model_len, the context from `fallback_slot_context`; `build_resources` sets them to PARALLEL
+and CTX_SIZE / PARALLEL. The resource never reads settings itself: every value comes in as a field, the API key as
+`dg.EnvVar("LLAMA_API_KEY")` (the only secret).
 
 Concurrency: the client's semaphore caps requests in flight per server within one process; across runs and
 processes the Dagster concurrency pool (sized to the slots of all servers together) is what keeps the servers'
@@ -23,7 +25,7 @@ slots from being oversubscribed.
 import threading
 
 import dagster as dg
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
@@ -38,12 +40,13 @@ _PROBE_READ_SECONDS = 3.0
 class LlamaServerResource(dg.ConfigurableResource):
     """Schema-constrained chat completions and exact token counts from llama-server."""
 
-    base_url: str
-    api_key: str | None = None
+    urls: list[str] = Field(description="Base URL of each llama-server, in order (LLAMA_SERVER_URL).")
+    api_key: str | None = Field(None, description="Bearer key: dg.EnvVar('LLAMA_API_KEY'), never a plain value.")
     read_timeout_seconds: float = 120
     startup_timeout_seconds: float = 300
     max_output_tokens: int = 1536
-    # Only for OpenAI-compatible servers without /props (vLLM); None = settings PARALLEL / CTX_SIZE // PARALLEL.
+    # Only for OpenAI-compatible servers without /props (vLLM): PARALLEL and CTX_SIZE / PARALLEL. None = such a
+    # server is refused with a message saying what to configure.
     fallback_total_slots: int | None = None
     fallback_slot_context: int | None = None
     # Several URLs: how long a server that is down sits out (doubling per failure up to the maximum).
@@ -54,43 +57,24 @@ class LlamaServerResource(dg.ConfigurableResource):
     _router: LlamaRouter | None = PrivateAttr(default=None)
 
     @property
-    def urls(self) -> list[str]:
-        """Every URL of `base_url`, in order, each once (a repeated URL adds no slots: they are per server)."""
-        urls = list(dict.fromkeys(url.strip().rstrip("/") for url in self.base_url.split(",") if url.strip()))
-        if not urls:
-            raise ValueError("LlamaServerResource.base_url is empty: set LLAMA_SERVER_URL")
-        return urls
-
-    @property
     def primary_url(self) -> str:
-        """The first URL of `base_url` (the only one when there is one; `get_client()`'s when there are several)."""
+        """The first URL (the only one when there is one; `get_client()`'s when there are several)."""
+        if not self.urls:
+            raise ValueError("LlamaServerResource.urls is empty: set LLAMA_SERVER_URL")
         return self.urls[0]
 
     @property
     def routed(self) -> bool:
-        """True when base_url lists several servers (requests go through a LlamaRouter)."""
+        """True when there are several servers (requests go through a LlamaRouter)."""
         return len(self.urls) > 1
-
-    def _fallbacks(self) -> dict:
-        """Slot count and context for servers without /props, from the fields or else from settings."""
-        slots, context = self.fallback_total_slots, self.fallback_slot_context
-        if slots is None or context is None:
-            try:
-                from hsi_dagster.settings import load_settings
-
-                settings = load_settings()
-                slots = settings.PARALLEL if slots is None else slots
-                context = settings.slot_context if context is None else context
-            except Exception as exc:  # settings are only a fallback for non-llama servers: never block llama-server
-                dg.get_dagster_logger().debug(f"no settings for the OpenAI-compatible fallback: {exc}")
-        return {"fallback_total_slots": slots, "fallback_slot_context": context}
 
     def _client_kwargs(self, **overrides: float) -> dict:
         kwargs: dict = {
             "api_key": self.api_key or None,
             "read_timeout": float(self.read_timeout_seconds),
             "startup_timeout": float(self.startup_timeout_seconds),
-            **self._fallbacks(),
+            "fallback_total_slots": self.fallback_total_slots,
+            "fallback_slot_context": self.fallback_slot_context,
         }
         kwargs.update(overrides)
         return kwargs

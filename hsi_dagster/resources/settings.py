@@ -1,28 +1,40 @@
-"""The pipeline's settings inside Dagster: `.env` read by pydantic-settings, with per-deployment overrides."""
+"""The pipeline's settings inside Dagster, configured once with plain values."""
+
+from __future__ import annotations
+
+from typing import Any
 
 import dagster as dg
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
-from hsi_dagster.settings import HsiSettings, load_settings
+from hsi_dagster.core.camera_profiles import CameraProfile
+from hsi_dagster.settings import HsiSettings, load_camera_profiles
 
 
 class PipelineSettingsResource(dg.ConfigurableResource):
-    """Batching rules, enrichment level, budgets: one `HsiSettings` for every step of a run.
+    """Batching rules, enrichment level, budgets: one `HsiSettings` for every step and sensor.
 
-    `overrides` lets tests (or a second code location) change a value without editing `.env`.
-    Inside a run the settings are read once, in `setup_for_execution` (reading `.env` costs milliseconds per call
-    and every step asks); outside a run (sensors, tests) `get()` reads them afresh each time.
+    `values` are the settings read once where the code location loads (`definitions.build_resources`, from
+    `HsiSettings.plain_values()`: every setting but the secrets). `get()` rebuilds the same settings from them and
+    nothing else: no file, no environment, so a run and its sensor see exactly what the UI shows.
     """
 
-    overrides: dict[str, str] = {}
+    values: dict[str, Any] = Field(description="Every HsiSettings value except the secrets, by variable name.")
 
-    _run_settings: HsiSettings | None = PrivateAttr(default=None)
+    _settings: HsiSettings | None = PrivateAttr(default=None)
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._run_settings = load_settings(**self.overrides)
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        self._run_settings = None
+    @classmethod
+    def from_settings(cls, settings: HsiSettings) -> PipelineSettingsResource:
+        return cls(values=settings.plain_values())
 
     def get(self) -> HsiSettings:
-        return self._run_settings if self._run_settings is not None else load_settings(**self.overrides)
+        """The settings (validated once per resource instance; SettingsError names a bad variable)."""
+        if self._settings is None:
+            self._settings = HsiSettings.from_values(self.values)
+        return self._settings
+
+    def camera_profiles(self) -> dict[str, CameraProfile]:
+        """The camera profile file (CAMERA_CONTEXT_PATH), read at each call so that edits apply to the next batch;
+        {} when unset. CameraProfileError names the file, camera and field."""
+        path = self.get().CAMERA_CONTEXT_PATH
+        return load_camera_profiles(path) if path else {}

@@ -7,11 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hsi_dagster.core.camera_profiles import (
-    EXAMPLE_CAMERAS_PATH,
-    CameraProfileError,
-    load_camera_profiles,
-)
+from hsi_dagster.core.camera_profiles import CameraProfileError
 from hsi_dagster.core.enrichment import (
     ENRICHMENT_TYPES,
     QUALITY_LEVEL_TYPES,
@@ -21,6 +17,7 @@ from hsi_dagster.core.enrichment import (
     is_repeat,
 )
 from hsi_dagster.core.prompt import build_sections
+from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, load_camera_profiles
 
 T0 = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)
 

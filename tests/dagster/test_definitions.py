@@ -1,5 +1,7 @@
 """The Dagster project loads: CLI validation, and a real dagster-webserver serving the lineage over GraphQL."""
 
+import ast
+import json
 import os
 import shutil
 import subprocess
@@ -45,14 +47,14 @@ def test_definitions_validate_from_the_cli(dagster_env):
 
 def test_webserver_graphql_lists_the_four_assets_with_their_lineage(dagster_env, tmp_path):
     port = free_port()
-    log = open(tmp_path / "webserver.log", "w")
-    server = subprocess.Popen(
-        [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO,
-        env=dagster_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(tmp_path / "webserver.log", "w") as log:  # the server keeps its own copy of the descriptor
+        server = subprocess.Popen(
+            [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO,
+            env=dagster_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     query = "{ assetNodes { assetKey { path } dependencyKeys { path } groupName } }"
     try:
         deadline = time.monotonic() + 120
@@ -70,9 +72,75 @@ def test_webserver_graphql_lists_the_four_assets_with_their_lineage(dagster_env,
         assert nodes, "the webserver never answered the GraphQL query"
         deps = {"/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependencyKeys"]} for n in nodes}
         assert set(LINEAGE) <= set(deps)
-        for upstream, downstream in zip(LINEAGE, LINEAGE[1:]):
+        for upstream, downstream in zip(LINEAGE, LINEAGE[1:], strict=False):
             assert deps[downstream] == {upstream}, downstream
     finally:
         server.terminate()
         server.wait(timeout=30)
-        log.close()
+
+
+def _environ_writes(tree: ast.AST) -> list[int]:
+    """Lines that change os.environ: item assignment or deletion, or a mutating method (os.putenv too)."""
+
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    lines = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
+        if isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            mutating = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
+            if (is_environ(node.func.value) and node.func.attr in mutating) or node.func.attr in ("putenv", "unsetenv"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_package_code_outside_cli_writes_os_environ():
+    """One configuration route: only the `hsi` command (cli/) may set variables for the processes it starts."""
+    package = REPO / "hsi_dagster"
+    writers = {
+        str(path.relative_to(REPO)): lines
+        for path in package.rglob("*.py")
+        if "cli" not in path.relative_to(package).parts[:1]
+        and (lines := _environ_writes(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert writers == {}
+    assert _environ_writes(ast.parse("import os\nos.environ['X'] = '1'\nos.environ.setdefault('Y', '2')\n")) == [2, 3]
+
+
+def test_loading_the_definitions_changes_no_environment_variable(tmp_path):
+    """Importing hsi_dagster.definitions (what every Dagster process does) leaves os.environ as it found it, even
+    with a settings file and an API key that exist only in that file."""
+    (tmp_path / "hsi.env").write_text("HSI_DUCKDB_PATH=from-file.duckdb\nLLAMA_API_KEY=sk-file-only\n")
+    probe = (
+        "import json, os; before = dict(os.environ); import hsi_dagster.definitions as d; "
+        "print(json.dumps({'same': dict(os.environ) == before, 'db': d.defs.resources['duckdb'].database}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HSI_ENV_FILE", "HSI_DUCKDB_PATH", "LLAMA_API_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "db": "from-file.duckdb"}
+    assert "LLAMA_API_KEY is set in the settings file but not in this process's environment" in done.stderr
+    assert "sk-file-only" not in done.stdout + done.stderr
+
+
+def test_configuration_warnings_name_a_dagster_dotenv_with_settings_and_a_key_missing_from_the_environment(
+    tmp_path,
+):
+    from hsi_dagster.definitions import configuration_warnings
+    from hsi_dagster.settings import load_settings
+
+    settings = load_settings(os.devnull)
+    assert configuration_warnings(settings, {}, str(tmp_path)) == []
+    (tmp_path / ".env").write_text("HSI_INBOX_DIR=x\nOTHER=1\n")
+    (warning,) = configuration_warnings(settings, {}, str(tmp_path))
+    assert "sets HSI_INBOX_DIR" in warning and "OVER the process environment" in warning and "hsi.env" in warning
+    keyed = load_settings(os.devnull, LLAMA_API_KEY="sk-1")
+    assert len(configuration_warnings(keyed, {}, str(tmp_path))) == 2
+    assert len(configuration_warnings(keyed, {"LLAMA_API_KEY": "sk-1"}, str(tmp_path))) == 1

@@ -1,4 +1,4 @@
-"""HttpEnrichment against FAKE vision gateways (small http.server threads on 127.0.0.1, not a real gateway).
+"""HttpEnrichmentResource against FAKE vision gateways (small http.server threads on 127.0.0.1, not a real gateway).
 
 They prove the overall deadline holds (slow, trickling and stalled servers), that a failing gateway does not stop
 the batch, that what is ready is kept, and that missing types are reported.
@@ -6,7 +6,9 @@ the batch, that what is ready is kept, and that missing types are reported.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import threading
 import time
@@ -16,7 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES
-from hsi_dagster.core.enrichment_backends import HttpEnrichment, InlineEnrichment, enrichment_source
+from hsi_dagster.definitions import enrichment_resource
+from hsi_dagster.resources import HttpEnrichmentResource, InlineEnrichmentResource
+from hsi_dagster.settings import SettingsError, load_settings
 
 pytestmark = pytest.mark.fault
 
@@ -104,10 +108,8 @@ def ok(handler, body, release):
 
 def slow(handler, body, release):
     release.wait(10)  # far beyond the deadline
-    try:
+    with contextlib.suppress(OSError):  # the client gave up long ago
         reply_json(handler, 200, {"results": {}})
-    except OSError:
-        pass
 
 
 def trickle(handler, body, release):
@@ -116,14 +118,12 @@ def trickle(handler, body, release):
     handler.send_header("Content-Type", "application/json")
     handler.send_header("Content-Length", "100000")
     handler.end_headers()
-    try:
+    with contextlib.suppress(OSError):
         for _ in range(200):
             handler.wfile.write(b" ")
             handler.wfile.flush()
             if release.wait(0.1):
                 return
-    except OSError:
-        pass
 
 
 def failing(handler, body, release):
@@ -141,25 +141,40 @@ def partial_stream(handler, body, release):
         {"done": "clip"},
         {"detection_id": "d1", "type": "florence", "payload": {"caption": "a man at the door"}},
     ]
-    try:
+    with contextlib.suppress(OSError):
         handler.wfile.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
         handler.wfile.flush()
         release.wait(10)
-    except OSError:
-        pass
+
+
+def http_enrichment(url: str, timeout_s: float) -> HttpEnrichmentResource:
+    return HttpEnrichmentResource(gateway_url=url, timeout_seconds=timeout_s)
 
 
 def test_inline_is_the_default_and_changes_nothing():
-    result = InlineEnrichment().fetch(BATCH, DETECTIONS, TYPES)
+    result = InlineEnrichmentResource().fetch(BATCH, DETECTIONS, TYPES)
     assert result.detections == DETECTIONS and result.missing_types == ()
-    assert isinstance(enrichment_source("inline", "http://unused", 30), InlineEnrichment)
-    with pytest.raises(ValueError, match="inline, http"):
-        enrichment_source("grpc", "http://unused", 30)
+    assert isinstance(enrichment_resource(load_settings(os.devnull)), InlineEnrichmentResource)
+
+
+def test_backend_setting_picks_the_gateway_class_with_its_url_and_deadline():
+    chosen = enrichment_resource(
+        load_settings(
+            os.devnull,
+            ENRICHMENT_BACKEND="http",
+            ENRICHMENT_GATEWAY_URL="http://127.0.0.1:9/gw",
+            ENRICHMENT_TIMEOUT_SECONDS="2.5",
+        )
+    )
+    assert isinstance(chosen, HttpEnrichmentResource)
+    assert (chosen.gateway_url, chosen.timeout_seconds) == ("http://127.0.0.1:9/gw", 2.5)
+    with pytest.raises(SettingsError, match="ENRICHMENT_BACKEND='grpc' is invalid: accepted values are 'inline'"):
+        load_settings(os.devnull, ENRICHMENT_BACKEND="grpc")
 
 
 def test_gateway_results_are_merged_and_the_request_is_documented_shape():
     with FakeGateway(ok) as gateway:
-        result = HttpEnrichment(gateway.url, timeout_s=5).fetch(BATCH, DETECTIONS, TYPES)
+        result = http_enrichment(gateway.url, 5).fetch(BATCH, DETECTIONS, TYPES)
     [request] = gateway.requests
     assert request["path"] == "/v1/enrich"
     assert request["body"]["batch_id"] == "b1" and request["body"]["types"] == list(TYPES)
@@ -177,7 +192,7 @@ def test_deadline_holds_and_batch_goes_on(behaviour):
     timeout = 0.8
     with FakeGateway(behaviour) as gateway:
         started = time.monotonic()
-        result = HttpEnrichment(gateway.url, timeout_s=timeout).fetch(BATCH, DETECTIONS, TYPES)
+        result = http_enrichment(gateway.url, timeout).fetch(BATCH, DETECTIONS, TYPES)
         elapsed = time.monotonic() - started
     assert elapsed < timeout + SLACK_S, f"took {elapsed:.2f} s for a {timeout} s deadline"
     assert elapsed >= timeout * 0.9  # it did wait for the gateway
@@ -189,7 +204,7 @@ def test_deadline_holds_and_batch_goes_on(behaviour):
 def test_failing_gateway_reports_missing_types_quickly():
     with FakeGateway(failing) as gateway:
         started = time.monotonic()
-        result = HttpEnrichment(gateway.url, timeout_s=5).fetch(BATCH, DETECTIONS, TYPES)
+        result = http_enrichment(gateway.url, 5).fetch(BATCH, DETECTIONS, TYPES)
     assert time.monotonic() - started < 2
     assert result.missing_types == tuple(TYPES)
     assert "HTTP 500" in result.errors[0]
@@ -200,7 +215,7 @@ def test_unreachable_gateway_reports_missing_types():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again at once: nothing listens there
-    result = HttpEnrichment(f"http://127.0.0.1:{port}", timeout_s=2).fetch(BATCH, DETECTIONS, ["florence"])
+    result = http_enrichment(f"http://127.0.0.1:{port}", 2).fetch(BATCH, DETECTIONS, ["florence"])
     assert result.missing_types == ("florence",) and "failed" in result.errors[0]
 
 
@@ -208,7 +223,7 @@ def test_streamed_results_that_are_ready_are_kept_at_the_deadline():
     timeout = 0.8
     with FakeGateway(partial_stream) as gateway:
         started = time.monotonic()
-        result = HttpEnrichment(gateway.url, timeout_s=timeout).fetch(BATCH, DETECTIONS, TYPES)
+        result = http_enrichment(gateway.url, timeout).fetch(BATCH, DETECTIONS, TYPES)
         elapsed = time.monotonic() - started
     assert elapsed < timeout + SLACK_S
     assert "clip" not in result.missing_types  # finished before the deadline

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import dagster as dg
 import pytest
 
+from hsi_dagster.definitions import build_resources
+from hsi_dagster.llm.client import LlamaServerError
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
-from tests.support.llm_fixtures import RunningLlama
+from hsi_dagster.settings import load_settings
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.llm_fixtures import RunningLlama, start_embedded
 
 SCHEMA = {
     "type": "object",
@@ -40,7 +45,7 @@ def test_resource_in_materialize_returns_parsed_json(llama_server: RunningLlama)
         }
 
     # A second URL in the list is accepted and ignored: this resource talks to the first one.
-    resource = LlamaServerResource(base_url=f"{llama_server.url}, http://127.0.0.1:9", max_output_tokens=64)
+    resource = LlamaServerResource(urls=[llama_server.url, "http://127.0.0.1:9"], max_output_tokens=64)
     outcome = dg.materialize([assessment], resources={"llm": resource})
     assert outcome.success
     value = outcome.output_for_node("assessment")
@@ -55,14 +60,85 @@ def test_resource_in_materialize_returns_parsed_json(llama_server: RunningLlama)
 @pytest.mark.llm
 def test_live_slot_context_from_real_server(llama_server: RunningLlama) -> None:
     """Outside a run the resource answers with the live per-slot context (so the None case below means something)."""
-    resource = LlamaServerResource(base_url=llama_server.url)
+    resource = LlamaServerResource(urls=[llama_server.url])
     assert resource.live_slot_context() == llama_server.settings.slot_context == 4096
     assert resource.get_client() is resource.client()  # built lazily once
 
 
 def test_live_slot_context_none_quickly_on_closed_port() -> None:
     """No server on the port: None within a second, so callers fall back to settings instead of hanging."""
-    resource = LlamaServerResource(base_url=f"http://127.0.0.1:{free_port()}")
+    resource = LlamaServerResource(urls=[f"http://127.0.0.1:{free_port()}"])
     started = time.monotonic()
     assert resource.live_slot_context() is None
     assert time.monotonic() - started < 1.0
+
+
+def test_build_resources_gives_the_llm_resource_plain_values_and_the_key_only_as_envvar() -> None:
+    """One route: the settings' own split of LLAMA_SERVER_URL, PARALLEL and CTX_SIZE / PARALLEL as plain fields;
+    the API key as dg.EnvVar("LLAMA_API_KEY"), and only when one is set."""
+    settings = load_settings(
+        os.devnull, LLAMA_SERVER_URL="http://a:1/, http://b:2", PARALLEL="4", CTX_SIZE="65536", LLAMA_API_KEY="sk-4711"
+    )
+    llm = build_resources(settings)["llm"]
+    assert llm.urls == ["http://a:1", "http://b:2"] and llm.routed
+    assert (llm.fallback_total_slots, llm.fallback_slot_context) == (4, 16384)
+    assert isinstance(llm.api_key, dg.EnvVar) and llm.api_key.env_var_name == "LLAMA_API_KEY"
+    assert "sk-4711" not in repr(llm)
+    without_key = build_resources(load_settings(os.devnull))["llm"]
+    assert without_key.api_key is None and without_key.urls == ["http://127.0.0.1:8091"]
+
+
+@pytest.fixture
+def fake_vllm():
+    """A FAKE OpenAI-compatible server without /props and without max_model_len (tests/support/fake_openai.py)."""
+    fake = FakeOpenAI(max_model_len=None).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def test_openai_compatible_fallbacks_come_from_fields_never_from_settings(fake_vllm, monkeypatch) -> None:
+    """A FAKE OpenAI-compatible server (no /props, like vLLM; not a real server): slots and context come from the
+    resource's fields; reading settings here would fail the test."""
+    import hsi_dagster.settings
+
+    def no_settings(*args, **kwargs):
+        raise AssertionError("LlamaServerResource read the settings itself")
+
+    monkeypatch.setattr(hsi_dagster.settings, "load_settings", no_settings)
+    resource = LlamaServerResource(urls=[fake_vllm.url], fallback_total_slots=3, fallback_slot_context=5000)
+    info = resource.ensure_ready()
+    assert (info.total_slots, info.slot_context) == (3, 5000)
+    with pytest.raises(LlamaServerError, match="PARALLEL"):
+        LlamaServerResource(urls=[fake_vllm.url]).get_client().server_info()
+
+
+@pytest.mark.llm
+def test_api_key_reaches_a_real_server_through_envvar_at_run_time(tmp_path, monkeypatch) -> None:
+    """A real embedded server that requires a key: a run with the resource from build_resources succeeds when
+    LLAMA_API_KEY is in the environment, and fails naming the variable when it is only in the settings."""
+    key = "sk-hsi-test-4711"
+    process = start_embedded(tmp_path, {"CTX_SIZE": 4096, "PARALLEL": 1, "THREADS": 2, "LLAMA_API_KEY": key})
+    try:
+        settings = load_settings(
+            os.devnull, LLAMA_SERVER_URL=process.url, LLAMA_API_KEY=key, CTX_SIZE="4096", PARALLEL="1"
+        )
+        resources = {"llm": build_resources(settings)["llm"]}
+        assert key not in repr(resources)
+
+        @dg.asset
+        def counted(llm: LlamaServerResource) -> int:
+            return llm.count_prompt_tokens([{"role": "user", "content": "a car in the driveway"}])
+
+        monkeypatch.delenv("LLAMA_API_KEY", raising=False)
+        with pytest.raises(Exception, match="LLAMA_API_KEY"):
+            dg.materialize([counted], resources=resources)
+        monkeypatch.setenv("LLAMA_API_KEY", "wrong-key")
+        refused = dg.materialize([counted], resources=resources, raise_on_error=False)
+        assert not refused.success
+        monkeypatch.setenv("LLAMA_API_KEY", key)
+        result = dg.materialize([counted], resources=resources)
+        assert result.success and result.output_for_node("counted") > 5
+    finally:
+        process.stop()

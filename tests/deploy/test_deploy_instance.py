@@ -45,7 +45,8 @@ def test_production_config_passes_dagster_validation(pg_env):
     assert custom_class is None
     postgres = config["storage"]["postgres"]["postgres_db"]
     assert {k: postgres[k] for k in ("username", "hostname", "db_name")} == {
-        "username": {"env": "DAGSTER_PG_USERNAME"}, "hostname": {"env": "DAGSTER_PG_HOST"}, "db_name": {"env": "DAGSTER_PG_DB"},
+        "username": {"env": "DAGSTER_PG_USERNAME"}, "hostname": {"env": "DAGSTER_PG_HOST"},
+        "db_name": {"env": "DAGSTER_PG_DB"},
     }  # fmt: skip
     assert postgres["password"] == {"env": "DAGSTER_PG_PASSWORD"}  # never a literal
 
@@ -72,6 +73,7 @@ def test_instance_has_the_docker_launcher_queue_and_pools(sqlite_home):
         assert launcher.networks == ["hsi_network"]
         assert set(PG_ENV) <= set(launcher.env_vars)
         assert "LLAMA_SERVER_URL=http://ai-llm:8091" in launcher.env_vars
+        assert "LLAMA_API_KEY" in launcher.env_vars  # the secret reaches run containers' dg.EnvVar by name only
         assert "hsi_duckdb:/data" in launcher.container_kwargs["volumes"]
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
         concurrency = instance.get_concurrency_config()

@@ -24,7 +24,8 @@ def _hadolint() -> str:
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_hadolint_passes(dockerfile):
     done = subprocess.run(
-        [_hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--failure-threshold", "warning", "--no-color", str(dockerfile)],
+        [_hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--failure-threshold", "warning", "--no-color",
+         str(dockerfile)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -34,7 +35,8 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path):
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM ubuntu:latest\nRUN cd /tmp && apt-get install curl\n")
     done = subprocess.run(
-        [_hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--failure-threshold", "warning", "--no-color", str(bad)],
+        [_hadolint(), "--config", str(REPO / ".hadolint.yaml"), "--failure-threshold", "warning", "--no-color",
+         str(bad)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode != 0 and "DL3007" in done.stdout  # :latest

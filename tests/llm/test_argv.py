@@ -56,7 +56,10 @@ CASES = {
         ],
     ),
     "override tensor, numeric layers, quantized cache": (
-        {"GPU_LAYERS": "40", "OVERRIDE_TENSOR": r"blk\.(1|2)\.ffn_.*_exps=CPU", "CACHE_TYPE_K": "q4_0", "CACHE_TYPE_V": "q8_0"},
+        {
+            "GPU_LAYERS": "40", "OVERRIDE_TENSOR": r"blk\.(1|2)\.ffn_.*_exps=CPU", "CACHE_TYPE_K": "q4_0",
+            "CACHE_TYPE_V": "q8_0",
+        },
         [
             "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091",
             "--n-gpu-layers", "40",
@@ -69,7 +72,9 @@ CASES = {
     "MODEL_ALIAS names the served model": (
         {"MODEL_ALIAS": "nemotron-3-nano"}, [*DEFAULT_ARGV[:3], "--alias", "nemotron-3-nano", *DEFAULT_ARGV[5:]]
     ),
-    "empty optional values are unset": ({"THREADS": "", "N_CPU_MOE": "", "OVERRIDE_TENSOR": "", "DRAFT_MODEL_PATH": ""}, DEFAULT_ARGV),
+    "empty optional values are unset": (
+        {"THREADS": "", "N_CPU_MOE": "", "OVERRIDE_TENSOR": "", "DRAFT_MODEL_PATH": ""}, DEFAULT_ARGV
+    ),
 }  # fmt: skip
 
 
@@ -84,26 +89,29 @@ def test_environment_gives_exact_argv(case, clean_env, capsys):
     assert ("DRAFT_MODEL_PATH is set" in err) == ("DRAFT_MODEL_PATH" in env and bool(env["DRAFT_MODEL_PATH"]))
 
 
+INVALID = "error: invalid configuration: "
 ERRORS = {
     "quantized V without flash attention": (
         {"CACHE_TYPE_V": "q4_0", "FLASH_ATTENTION": "false"},
-        "error: invalid configuration: CACHE_TYPE_V: q4_0 needs FLASH_ATTENTION=true (llama.cpp refuses a quantized V cache without it)",
+        INVALID + "CACHE_TYPE_V: q4_0 needs FLASH_ATTENTION=true (llama.cpp refuses a quantized V cache without it)",
     ),
     "N_CPU_MOE with OVERRIDE_TENSOR": (
         {"N_CPU_MOE": "4", "OVERRIDE_TENSOR": "exps=CPU"},
-        "error: invalid configuration: N_CPU_MOE: set together with OVERRIDE_TENSOR; both place MoE expert tensors, set only one of them",
+        INVALID + "N_CPU_MOE: set together with OVERRIDE_TENSOR; both place MoE expert tensors, set only one of them",
     ),
     "override tensor without a buffer type": (
         {"OVERRIDE_TENSOR": "exps"},
-        "error: invalid configuration: OVERRIDE_TENSOR: 'exps' is invalid: each entry must read <tensor name regex>=<buffer type>, e.g. 'exps=CPU'",
+        INVALID + "OVERRIDE_TENSOR: 'exps' is invalid: "
+        "each entry must read <tensor name regex>=<buffer type>, e.g. 'exps=CPU'",
     ),
     "override tensor with a broken regex": (
         {"OVERRIDE_TENSOR": "blk.(1=CPU"},
-        "error: invalid configuration: OVERRIDE_TENSOR: 'blk.(1' is not a valid regular expression (missing ), unterminated subpattern at position 4)",
+        INVALID + "OVERRIDE_TENSOR: 'blk.(1' is not a valid regular expression "
+        "(missing ), unterminated subpattern at position 4)",
     ),
     "context that is not a number": ({"CTX_SIZE": "lots"}, "error: invalid configuration: CTX_SIZE='lots' is invalid"),
     "unknown GPU_LAYERS": ({"GPU_LAYERS": "most"}, "error: invalid configuration: GPU_LAYERS='most' is invalid"),
-    "unknown cache type": ({"CACHE_TYPE_K": "q3_k"}, "error: invalid configuration: CACHE_TYPE_K='q3_k' is invalid: accepted values are"),
+    "unknown cache type": ({"CACHE_TYPE_K": "q3_k"}, INVALID + "CACHE_TYPE_K='q3_k' is invalid: accepted values are"),
     "port out of range": ({"LLM_PORT": "70000"}, "error: invalid configuration: LLM_PORT='70000' is invalid"),
     "zero slots": ({"PARALLEL": "0"}, "error: invalid configuration: PARALLEL='0' is invalid"),
     "alias with a space": (
@@ -233,7 +241,8 @@ def test_the_image_copy_list_is_enough_and_pulls_in_nothing_heavy(tmp_path):
         "import sys; from hsi_dagster.llm import argv; "
         f"assert argv.__file__.startswith({str(tmp_path)!r}), argv.__file__; "
         "code = argv.main(['--print']); "
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'dagster', 'duckdb', 'httpx', 'xllamacpp', 'gguf', 'numpy', 'tiktoken'}); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} "
+        "& {'dagster', 'duckdb', 'httpx', 'xllamacpp', 'gguf', 'numpy', 'tiktoken', 'yaml'}); "
         "print('HEAVY', heavy); sys.exit(code)"
     )
     env = {k: v for k, v in os.environ.items() if k not in HsiSettings.model_fields}
@@ -244,3 +253,41 @@ def test_the_image_copy_list_is_enough_and_pulls_in_nothing_heavy(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
     assert shlex.split(done.stdout.splitlines()[0]) == DEFAULT_ARGV
+
+
+def test_each_llama_setting_is_parsed_once_into_typed_options():
+    """GPU_LAYERS arrives parsed from the settings; OVERRIDE_TENSOR becomes entries that argv, the embedded server
+    and the planner share."""
+    from hsi_dagster.llm.options import TensorOverride
+
+    settings = load_settings(
+        "/nonexistent.env", MODEL_PATH=MODEL, GPU_LAYERS=" 40 ", OVERRIDE_TENSOR=r"blk\.1\.ffn_up_exps=CPU, out=CUDA0"
+    )
+    options = LlamaServerOptions.from_settings(settings)
+    assert options.gpu_layers == 40 and settings.GPU_LAYERS == 40
+    assert options.override_tensor == (TensorOverride(r"blk\.1\.ffn_up_exps", "CPU"), TensorOverride("out", "CUDA0"))
+    assert [entry.on_cpu for entry in options.override_tensor] == [True, False]
+    assert options.override_tensor[0].matches("blk.1.ffn_up_exps.weight")
+    assert options.override_tensor_text == r"blk\.1\.ffn_up_exps=CPU,out=CUDA0"
+    argv = build_argv(options)
+    assert argv[argv.index("--n-gpu-layers") + 1] == "40"
+    assert argv[argv.index("--override-tensor") + 1] == r"blk\.1\.ffn_up_exps=CPU,out=CUDA0"
+    assert LlamaServerOptions.from_settings(load_settings("/nonexistent.env", GPU_LAYERS="ALL")).gpu_layers == "all"
+
+
+def test_problems_lists_every_refusal_naming_its_variable():
+    """The one function with the checks llama-server would refuse: each problem names the variable to change."""
+    import dataclasses
+
+    options = LlamaServerOptions.from_settings(
+        load_settings("/nonexistent.env", MODEL_PATH=MODEL, OVERRIDE_TENSOR="exps=CPU", CACHE_TYPE_V="q8_0")
+    )
+    assert options.problems() == []
+    broken = dataclasses.replace(options, flash_attention=False, n_cpu_moe=4, port=0)
+    assert [(p.variable, p.detail) for p in broken.problems()] == [
+        ("LLM_PORT", "0 is outside 1-65535"),
+        ("CACHE_TYPE_V", "q8_0 needs FLASH_ATTENTION=true (llama.cpp refuses a quantized V cache without it)"),
+        ("N_CPU_MOE", "set together with OVERRIDE_TENSOR; both place MoE expert tensors, set only one of them"),
+    ]
+    with pytest.raises(ArgvError, match="^LLM_PORT: "):
+        broken.check()

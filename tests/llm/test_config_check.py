@@ -10,7 +10,7 @@ from hsi_dagster.llm.model_files import bundled_smollm2_path
 from hsi_dagster.settings import load_settings
 from tests.support.gguf_fixtures import nemotron_q4km_like
 
-BASE = {"MODEL_PATH": "/models/m.gguf", "ANALYSIS_WORKER_COUNT": 2, "PARALLEL": 2}
+BASE = {"MODEL_PATH": "/models/m.gguf", "PARALLEL": 2}
 
 
 def findings(meta=None, **overrides) -> dict[str, Finding]:
@@ -26,12 +26,6 @@ def test_consistent_defaults_have_no_findings():
     assert findings() == {}
     # on the hybrid model the only remark is that the default CACHE_REUSE=256 cannot shift its KV cache
     assert [(f.level, f.variable) for f in findings(nemotron_q4km_like()).values()] == [("info", "CACHE_REUSE")]
-
-
-@pytest.mark.parametrize(("workers", "phrase"), [(4, "wait inside the server"), (1, "sit idle")])
-def test_worker_count_should_match_the_slots(workers, phrase):
-    finding = findings(ANALYSIS_WORKER_COUNT=workers)["ANALYSIS_WORKER_COUNT"]
-    assert finding.level == "warning" and phrase in finding.message
 
 
 def test_per_slot_context_must_hold_prompt_and_output():
@@ -93,7 +87,7 @@ def test_public_host_without_api_key_is_flagged():
 
 def test_errors_come_first():
     settings = load_settings(
-        "/nonexistent.env", **{**BASE, "ANALYSIS_WORKER_COUNT": 5, "CACHE_TYPE_V": "q8_0", "FLASH_ATTENTION": False}
+        "/nonexistent.env", **{**BASE, "LLM_HOST": "0.0.0.0", "CACHE_TYPE_V": "q8_0", "FLASH_ATTENTION": False}
     )
     result = check_config(settings)
     assert {f.level for f in result} == {"error", "warning", "info"}

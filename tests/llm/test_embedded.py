@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from hsi_dagster.llm.embedded import build_params
-from hsi_dagster.llm.options import LlamaServerOptions
+from hsi_dagster.llm.options import LlamaServerOptions, parse_override_tensor
 from hsi_dagster.settings import SettingsError, load_settings
 from tests.support.llm_fixtures import start_embedded
 
@@ -29,9 +29,7 @@ def test_embedded_process_logs_to_file_and_stops_cleanly_on_sigterm(tmp_path) ->
     assert code == 0
     assert not process.running
     log = process.log_path.read_text()
-    assert (
-        f"llama.cpp server ready at {process.url} (model SmolLM2-135M-Instruct.Q4_1, 1 slots x 4096 tokens" in log
-    )
+    assert f"llama.cpp server ready at {process.url} (model SmolLM2-135M-Instruct.Q4_1, 1 slots x 4096 tokens" in log
     assert "llama.cpp server stopped" in log
     assert " I srv " not in log  # info-level C++ chatter is turned down (verbosity 2: warnings and errors)
 
@@ -53,7 +51,7 @@ def test_build_params_maps_every_option() -> None:
         cache_reuse=128,
         batch_size=256,
         n_cpu_moe=2,
-        override_tensor=None,
+        override_tensor=(),
         host="0.0.0.0",
     )
     params = build_params(options)
@@ -71,21 +69,21 @@ def test_build_params_maps_every_option() -> None:
     assert params.endpoint_metrics and params.endpoint_slots and params.cont_batching
     assert params.verbosity == 2
     assert build_params(_options(gpu_layers="auto")).n_gpu_layers == -1
-    assert build_params(_options(gpu_layers="12")).n_gpu_layers == 12
+    assert build_params(_options(gpu_layers=12)).n_gpu_layers == 12
 
 
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ({"gpu_layers": "most"}, "GPU_LAYERS='most'"),
-        ({"cache_type_k": "q3_k"}, "CACHE_TYPE_K='q3_k'"),
+        ({"gpu_layers": "most"}, "GPU_LAYERS: 'most' is invalid"),
+        ({"cache_type_k": "q3_k"}, "CACHE_TYPE_K: 'q3_k' is invalid"),
         ({"model_path": "/nonexistent/model.gguf"}, "MODEL_PATH='/nonexistent/model.gguf'"),
         ({"mlock": True}, "MLOCK=true"),
         (
             {"cache_type_v": "q8_0", "flash_attention": False},
-            "CACHE_TYPE_V='q8_0' is invalid with FLASH_ATTENTION=false",
+            "CACHE_TYPE_V: q8_0 needs FLASH_ATTENTION=true",
         ),
-        ({"override_tensor": "exps=NOSUCHDEVICE"}, "OVERRIDE_TENSOR='exps=NOSUCHDEVICE'"),
+        ({"override_tensor": parse_override_tensor("exps=NOSUCHDEVICE")}, "OVERRIDE_TENSOR='exps=NOSUCHDEVICE'"),
         ({"draft_model_path": "/nonexistent/draft.gguf"}, "DRAFT_MODEL_PATH='/nonexistent/draft.gguf'"),
     ],
 )

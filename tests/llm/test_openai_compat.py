@@ -86,8 +86,8 @@ def test_fake_openai_server_ignoring_the_schema_is_refused(start_fake, fast_clie
 
 def test_budgeted_prompts_asset_budgets_from_fake_openai_server(start_fake, tmp_path: Path) -> None:
     """The real budgeted_prompts asset with the resource pointed at a FAKE OpenAI-compatible server: live_slot_context
-    comes from /v1/models max_model_len (the budget follows it) and the prompt is stored; the resource reads the slot
-    count from settings (PARALLEL)."""
+    comes from /v1/models max_model_len (the budget follows it) and the prompt is stored; the slot count is the
+    resource's fallback_total_slots (PARALLEL, set by build_resources)."""
     from hsi_dagster.assets.batches import detection_batches
     from hsi_dagster.assets.contexts import enriched_contexts
     from hsi_dagster.assets.prompts import budgeted_prompts
@@ -96,7 +96,7 @@ def test_budgeted_prompts_asset_budgets_from_fake_openai_server(start_fake, tmp_
     from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
 
     fake = start_fake(FakeOpenAI, max_model_len=6000)
-    assert LlamaServerResource(base_url=fake.url).live_slot_context() == 6000
+    assert LlamaServerResource(urls=[fake.url], fallback_total_slots=2).live_slot_context() == 6000
     db = str(tmp_path / "hsi.duckdb")
     ingest_lines(db, closed_windows(["gate"], 1, start=hours_ago(1)))
     res = resources(db, fake.url)

@@ -214,13 +214,13 @@ def test_single_url_resource_sends_what_it_always_sent(start_fake) -> None:
     """One URL: no router, and ensure_ready sends exactly /health, /props, /slots and the schema probe to a FAKE
     llama-server (no fallback detection requests); two URLs: a router."""
     fake = start_fake()
-    single = LlamaServerResource(base_url=fake.url)
+    single = LlamaServerResource(urls=[fake.url])
     assert single.get_router() is None
     info = single.ensure_ready()
     assert [r.path for r in fake.requests] == ["/health", "/props", "/slots", "/v1/chat/completions"]
     assert info.api == "llama.cpp" and info.missing_endpoints == ()
     assert "cache_prompt" in fake.requests[-1].body and "model" not in fake.requests[-1].body
-    router = LlamaServerResource(base_url=f"{fake.url},{closed_url()}").get_router()
+    router = LlamaServerResource(urls=[fake.url, closed_url()]).get_router()
     assert router is not None and router.urls[0] == fake.url
     router.close()
 
@@ -354,7 +354,7 @@ def test_resource_with_two_real_urls_routes_inside_a_run(two_servers: TwoServers
             "valid": all(valid(r) for r in results),
         }
 
-    resource = LlamaServerResource(base_url=",".join(two_servers.urls), max_output_tokens=16)
+    resource = LlamaServerResource(urls=two_servers.urls, max_output_tokens=16)
     outcome = dg.materialize([spread], resources={"llm": resource})
     assert outcome.success
     value = outcome.output_for_node("spread")

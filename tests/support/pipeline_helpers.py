@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
 from hsi_dagster.resources import (
     AlertWebhookResource,
-    EnrichmentResource,
     HsiDuckDBResource,
+    InlineEnrichmentResource,
     LlamaServerResource,
     PipelineSettingsResource,
 )
+from hsi_dagster.settings import load_settings
 
 
 def detection(
@@ -31,7 +33,8 @@ def detection(
 
 
 def closed_windows(camera_ids: list[str], per_camera: int, *, start: datetime, gap_s: float = 40.0) -> list[str]:
-    """`per_camera` batches per camera, each of two detections 5 s apart, windows separated by more than the idle timeout."""
+    """`per_camera` batches per camera, each of two detections 5 s apart, windows further apart than the idle
+    timeout."""
     lines = []
     for camera in camera_ids:
         for n in range(per_camera):
@@ -57,21 +60,25 @@ def resources(
     alert_webhook_url: str | None = None,
     **settings_overrides: str,
 ) -> dict:
+    """Resources configured as `definitions.build_resources` does, from test settings (no settings file)."""
+    settings = load_settings(
+        os.devnull,
+        **{"NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256", "CTX_SIZE": "8192"},
+        **settings_overrides,
+    )
     return {
         "duckdb": HsiDuckDBResource(database=db_path),
         "alert_webhook": AlertWebhookResource(url=alert_webhook_url),
         "llm": LlamaServerResource(
-            base_url=llm_url, read_timeout_seconds=120, startup_timeout_seconds=5, max_output_tokens=256
+            urls=[llm_url],
+            read_timeout_seconds=120,
+            startup_timeout_seconds=5,
+            max_output_tokens=256,
+            fallback_total_slots=settings.PARALLEL,
+            fallback_slot_context=settings.slot_context,
         ),
-        "enrichment": EnrichmentResource(),
-        "pipeline_settings": PipelineSettingsResource(
-            overrides={
-                "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
-                "PROMPT_SAFETY_MARGIN_TOKENS": "256",
-                "CTX_SIZE": "8192",
-                **settings_overrides,
-            }
-        ),
+        "enrichment": InlineEnrichmentResource(),
+        "pipeline_settings": PipelineSettingsResource.from_settings(settings),
     }
 
 
