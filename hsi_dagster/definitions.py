@@ -19,6 +19,7 @@ import dagster as dg
 from hsi_dagster.assets.assessments import risk_assessments
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.assets.evaluation import evaluation
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
@@ -111,7 +112,15 @@ for warning in configuration_warnings(loaded_settings, os.environ):
 
 
 defs = dg.Definitions(
-    assets=[detections, detection_batches, enriched_contexts, budgeted_prompts, risk_assessments, risk_timeline],
+    assets=[
+        detections,
+        detection_batches,
+        enriched_contexts,
+        budgeted_prompts,
+        risk_assessments,
+        risk_timeline,
+        evaluation,
+    ],
     jobs=[batch_pipeline_job, ingest_job, partition_retention_job, risk_timeline_job],
     sensors=[
         batch_window_sensor,

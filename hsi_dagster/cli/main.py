@@ -195,6 +195,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from hsi_dagster.cli.eval import run_eval
+
+    return run_eval(args, _settings(args))
+
+
 def cmd_frigate(args: argparse.Namespace) -> int:
     from hsi_dagster.cli.frigate import FrigateUsageError
 
@@ -281,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frigate", nargs="+", metavar="FILE", help="run on a recorded Frigate night instead")
     p.add_argument("--frigate-config", metavar="CONFIG", help="Frigate's config.yml for --frigate")
     p.set_defaults(func=cmd_demo)
+
+    from hsi_dagster.cli.eval import add_eval_arguments
+
+    p = with_db(sub.add_parser("eval", help="labeled scenarios on endpoints/quality levels -> report and charts"))
+    add_eval_arguments(p)
+    p.set_defaults(func=cmd_eval)
 
     from hsi_dagster.cli.frigate import add_frigate_parser
 
