@@ -53,7 +53,11 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.gpu_mem_gib is not None and args.gpu_mem_gib <= 0:
         print("error: --gpu-mem-gib must be positive", file=sys.stderr)
         return 2
-    plan = plan_from_metadata(meta, PlanInputs.from_settings(settings, gpu_mem_gib=args.gpu_mem_gib))
+    try:
+        plan = plan_from_metadata(meta, PlanInputs.from_settings(settings, gpu_mem_gib=args.gpu_mem_gib))
+    except SettingsError as exc:  # e.g. OVERRIDE_TENSOR that does not parse (OptionError)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(plan.to_dict(), indent=2, default=str) if args.json else format_plan(plan))
     return 1 if plan.fits is False else 0
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from hsi_dagster.llm.argv import FLOAT_CACHE_TYPES, ArgvError, parse_override_tensor
 from hsi_dagster.llm.gguf import ModelMetadata
+from hsi_dagster.llm.options import FLOAT_CACHE_TYPES, LlamaServerOptions, OptionError
 from hsi_dagster.llm.planner import MIB, PlanInputs, plan_from_metadata
 from hsi_dagster.settings import MIN_PROMPT_TOKENS, HsiSettings
 
@@ -28,6 +28,16 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.level.upper():7} {self.variable}: {self.message}"
+
+
+def _refused(settings: HsiSettings) -> list[Finding]:
+    """Values llama-server would refuse, alone or together: `LlamaServerOptions.problems` decides (the argv builder
+    and the embedded server refuse the same ones), reported here as errors instead of failing at start-up."""
+    try:
+        options = LlamaServerOptions.from_settings(settings)
+    except OptionError as exc:  # OVERRIDE_TENSOR does not parse
+        return [Finding("error", exc.variable, exc.detail)]
+    return [Finding("error", problem.variable, problem.detail) for problem in options.problems()]
 
 
 def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
@@ -61,18 +71,9 @@ def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
 
 
 def _cache_types(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
-    findings = []
-    quantized_v = settings.CACHE_TYPE_V not in FLOAT_CACHE_TYPES
-    if quantized_v and not settings.FLASH_ATTENTION:
-        findings.append(
-            Finding(
-                "error",
-                "CACHE_TYPE_V",
-                f"{settings.CACHE_TYPE_V} needs FLASH_ATTENTION=true: llama.cpp refuses to start with a quantized V "
-                "cache without flash attention",
-            )
-        )
-    quantized = quantized_v or settings.CACHE_TYPE_K not in FLOAT_CACHE_TYPES
+    """What KV-cache quantization buys on this model (a quantized V without flash attention: see _refused)."""
+    findings: list[Finding] = []
+    quantized = settings.CACHE_TYPE_V not in FLOAT_CACHE_TYPES or settings.CACHE_TYPE_K not in FLOAT_CACHE_TYPES
     if not quantized:
         return findings
     variable = "CACHE_TYPE_K" if settings.CACHE_TYPE_K not in FLOAT_CACHE_TYPES else "CACHE_TYPE_V"
@@ -86,7 +87,7 @@ def _cache_types(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
             )
         )
     elif meta.recurrent_layers:
-        inputs = PlanInputs.from_settings(settings)
+        inputs = replace(PlanInputs.from_settings(settings), override_tensor=None)  # placement: no effect on totals
         quant = plan_from_metadata(meta, inputs)
         full = plan_from_metadata(meta, replace(inputs, cache_type_k="f16", cache_type_v="f16"))
         saved = full.kv_bytes - quant.kv_bytes
@@ -128,21 +129,8 @@ def _draft(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
 
 
 def _moe(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
+    """N_CPU_MOE against the model (N_CPU_MOE together with OVERRIDE_TENSOR: see _refused)."""
     findings = []
-    if settings.OVERRIDE_TENSOR is not None:
-        try:
-            parse_override_tensor(settings.OVERRIDE_TENSOR)
-        except ArgvError as exc:
-            findings.append(Finding("error", exc.variable, str(exc).split(": ", 1)[1]))
-        if settings.N_CPU_MOE is not None:
-            findings.append(
-                Finding(
-                    "error",
-                    "N_CPU_MOE",
-                    "set together with OVERRIDE_TENSOR: both decide where MoE expert tensors live; keep one "
-                    "(N_CPU_MOE for 'experts of the first N layers on the CPU')",
-                )
-            )
     if settings.N_CPU_MOE and meta is not None:
         if not meta.is_moe:
             findings.append(
@@ -170,7 +158,7 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
                 "comes from context checkpoints (check timings.cache_n)",
             )
         )
-    if meta is not None and isinstance(settings.GPU_LAYERS, int) and settings.GPU_LAYERS > meta.n_layer + 1:
+    if meta is not None and isinstance(settings.GPU_LAYERS, int) and meta.n_layer + 1 < settings.GPU_LAYERS:
         findings.append(
             Finding(
                 "info",
@@ -193,6 +181,7 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
 def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None) -> list[Finding]:
     """Every inconsistency between `settings` (and the model, when its metadata is given), errors first."""
     findings = [
+        *_refused(settings),
         *_slot_budget(settings, model_meta),
         *_cache_types(settings, model_meta),
         *_draft(settings, model_meta),

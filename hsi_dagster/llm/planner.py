@@ -9,7 +9,7 @@ What it counts, and how well:
 - weights: exact tensor sizes from the tensor infos (no tensor data is read). Placement follows llama.cpp:
   token embeddings stay on the CPU; with GPU_LAYERS=N the last N layers go to the GPU (more than the layer
   count also moves the output layer); N_CPU_MOE=K keeps the `ffn_*_exps` tensors of layers 0..K-1 on the CPU;
-  OVERRIDE_TENSOR entries with a CPU buffer keep the tensors they match (Python `re.search`) on the CPU.
+  OVERRIDE_TENSOR entries with a CPU buffer keep the tensors they match (`re.search`, as llama.cpp) on the CPU.
 - KV cache: attention layers only (head_count_kv > 0, and for Nemotron-H also n_ff == 0 marks a Mamba
   layer), K and V bytes per element per cache type (q8_0 = 34/32, q4_0 = 18/32, ...). Cells are sized as the
   pinned llama.cpp does it: each slot gets ceil(CTX_SIZE / PARALLEL) rounded up to a multiple of 256.
@@ -27,7 +27,6 @@ What it counts, and how well:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 import gguf
 
 from hsi_dagster.llm.gguf import ModelMetadata
+from hsi_dagster.llm.options import TensorOverride, parse_override_tensor
 
 MIB = 1024**2
 GIB = 1024**3
@@ -179,15 +179,10 @@ class Plan:
         return data
 
 
-def _override_cpu_patterns(override_tensor: str | None) -> list[re.Pattern[str]]:
-    if not override_tensor:
-        return []
-    patterns = []
-    for entry in override_tensor.split(","):
-        pattern, _, buffer = entry.strip().partition("=")
-        if pattern and buffer.strip().upper().startswith("CPU"):
-            patterns.append(re.compile(pattern))
-    return patterns
+def _cpu_overrides(override_tensor: str | None) -> list[TensorOverride]:
+    """OVERRIDE_TENSOR entries that keep tensors on the CPU, parsed by the options' one parser (OptionError names
+    OVERRIDE_TENSOR when it does not parse)."""
+    return [entry for entry in parse_override_tensor(override_tensor) if entry.on_cpu] if override_tensor else []
 
 
 def _gpu_layer_count(gpu_layers: str, n_layer: int) -> int:
@@ -218,7 +213,7 @@ def _place(meta: ModelMetadata, inputs: PlanInputs) -> tuple[int, int, int, set[
     n_gpu = _gpu_layer_count(inputs.gpu_layers, meta.n_layer)
     first_gpu = max(meta.n_layer - n_gpu, 0)
     output_on_gpu = n_gpu > meta.n_layer
-    cpu_patterns = _override_cpu_patterns(inputs.override_tensor)
+    cpu_overrides = _cpu_overrides(inputs.override_tensor)
     n_cpu_moe = inputs.n_cpu_moe or 0
     gpu = cpu = experts_cpu = 0
     for tensor in meta.tensors:
@@ -231,7 +226,7 @@ def _place(meta: ModelMetadata, inputs: PlanInputs) -> tuple[int, int, int, set[
             on_gpu = layer >= first_gpu
         moved = on_gpu and (
             (tensor.is_expert and layer is not None and layer < n_cpu_moe)
-            or any(p.search(tensor.name) for p in cpu_patterns)
+            or any(entry.matches(tensor.name) for entry in cpu_overrides)
         )
         if moved:
             on_gpu = False

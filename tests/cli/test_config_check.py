@@ -35,6 +35,6 @@ def test_model_checks_read_the_gguf_given(tmp_path, capsys):
     from hsi_dagster.llm.model_files import bundled_smollm2_path
 
     env = tmp_path / "hsi.env"
-    env.write_text("ANALYSIS_WORKER_COUNT=2\nPARALLEL=2\nCTX_SIZE=32768\n")
+    env.write_text("PARALLEL=2\nCTX_SIZE=32768\n")
     code, out = hsi_config_check(capsys, env, "--model", str(bundled_smollm2_path()))
     assert code == 0 and "WARNING CTX_SIZE: 16384 tokens per slot exceed the model's training context (8192)" in out

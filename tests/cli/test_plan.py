@@ -50,3 +50,9 @@ def test_bad_values_exit_2_naming_the_problem(capsys, nemotron_gguf):
     assert code == 2 and "--gpu-mem-gib must be positive" in err
     code, _, err = hsi_plan(capsys, "--model", str(nemotron_gguf), "--cache-type-k", "q3_k")
     assert code == 2 and "CACHE_TYPE_K" in err
+
+
+def test_an_override_tensor_that_does_not_parse_exits_2_naming_it(capsys, nemotron_gguf, monkeypatch):
+    monkeypatch.setenv("OVERRIDE_TENSOR", "exps")
+    code, _, err = hsi_plan(capsys, "--model", str(nemotron_gguf))
+    assert code == 2 and "OVERRIDE_TENSOR" in err and "<tensor name regex>=<buffer type>" in err

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from hsi_dagster.llm.config_check import Finding, check_config
 from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import bundled_smollm2_path
@@ -78,6 +76,28 @@ def test_model_dependent_hints():
     assert findings(nemotron_q4km_like(), CACHE_REUSE=256)["CACHE_REUSE"].level == "info"
     assert "CACHE_REUSE" not in findings(nemotron_q4km_like(), CACHE_REUSE=0)
     assert "CACHE_REUSE" not in findings(smollm2, CACHE_REUSE=256, CTX_SIZE=16384)
+
+
+def test_gpu_layers_beyond_the_model_is_the_same_as_all():
+    smollm2 = read_metadata(bundled_smollm2_path())
+    finding = findings(smollm2, GPU_LAYERS="40", CTX_SIZE=16384)["GPU_LAYERS"]
+    assert finding.level == "info" and "more than the model's 30 layers" in finding.message
+    assert "GPU_LAYERS" not in findings(smollm2, GPU_LAYERS="31", CTX_SIZE=16384)  # 30 layers + the output layer
+
+
+def test_errors_are_what_the_llama_server_options_refuse():
+    """The refusals come from LlamaServerOptions.problems (one place decides them), named by variable."""
+    from hsi_dagster.llm.options import LlamaServerOptions
+
+    settings = load_settings("/nonexistent.env", **{**BASE, "CACHE_TYPE_V": "q4_0", "FLASH_ATTENTION": False})
+    errors = [(f.variable, f.message) for f in check_config(settings) if f.level == "error"]
+    problems = LlamaServerOptions.from_settings(settings).problems()
+    assert errors == [(p.variable, p.detail) for p in problems] and errors
+
+
+def test_a_bad_override_tensor_is_reported_not_raised_by_the_model_checks():
+    result = findings(nemotron_q4km_like(), OVERRIDE_TENSOR="exps", CACHE_TYPE_K="q8_0")
+    assert result["OVERRIDE_TENSOR"].level == "error" and result["CACHE_TYPE_K"].level == "warning"
 
 
 def test_public_host_without_api_key_is_flagged():
