@@ -4,9 +4,11 @@ Run:  .venv/bin/python bench/daemon_bench.py [--waves 3] [--burst 6] [--parallel
 
 Both paths get the same simulated detections (same batches, same prompts) in their own DuckDB file and Dagster
 home, and share one embedded llama.cpp server (PARALLEL slots):
-- daemon: `dagster-daemon run` on a temporary DAGSTER_HOME with the project's dagster.yaml (QueuedRunCoordinator,
-  default run launcher: one process per run) and a workspace loading hsi_dagster.definitions; pool limits set on
-  that instance as `hsi` sets them; `batch_window_sensor` is on by default and requests a run per closed window;
+- daemon: `dagster code-server start -m hsi_dagster.definitions` and `dagster-daemon run` pointed at it (as
+  `dagster dev` and the production compose file run them; --managed: a daemon that loads the module itself, which
+  restarts its code server every 60 s) on a temporary DAGSTER_HOME with the project's dagster.yaml
+  (QueuedRunCoordinator, default run launcher: one process per run); pool limits set on that instance as `hsi` sets
+  them; `batch_window_sensor` is on by default and requests a run per closed window;
 - hsi process: the `hsi process` command, started when the windows are visible (as a cron job or a user would).
 
 Phase 1, latency: waves of PARALLEL batches (one per slot, so no batch queues behind another's LLM call), each wave
@@ -36,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+BIN = Path(sys.executable).parent  # the venv's bin: hsi, dagster, dagster-daemon
 
 WAVE_TIMEOUT_S = 600.0
 
@@ -83,7 +85,7 @@ class Lane:
             "from hsi_dagster.cli.instance import get_instance; from hsi_dagster.settings import load_settings; "
             "get_instance(load_settings())"
         )
-        subprocess.run([sys.executable, "-c", code], env=self.env, cwd=ROOT, check=True)
+        subprocess.run([sys.executable, "-c", code], env=self.env, cwd=self.home.parent, check=True)
 
     def ingest(self, lines: list[str]) -> float:
         """Load the wave's detections; returns the wall-clock time when they are visible (epoch seconds)."""
@@ -151,9 +153,47 @@ def wait_first_tick(log_file: Path, daemon: subprocess.Popen, timeout: float = 1
         time.sleep(0.5)
 
 
+def start_daemon(lane: Lane, work: Path, log, *, managed: bool) -> tuple[subprocess.Popen | None, subprocess.Popen]:
+    """The code server and the daemon, in the work directory: Dagster loads a `.env` from its working directory into
+    the code server's environment, and the repository's `.env` would point the runs at data/hsi.duckdb."""
+    from hsi_dagster.llm.embedded import free_port
+
+    def start(argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(
+            argv, env=lane.env, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    workspace = work / "workspace.yaml"
+    code_server = None
+    if managed:
+        workspace.write_text("load_from:\n  - python_module:\n      module_name: hsi_dagster.definitions\n")
+    else:
+        port = free_port()
+        code_server = start(
+            [
+                str(BIN / "dagster"),
+                "code-server",
+                "start",
+                "-m",
+                "hsi_dagster.definitions",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "--location-name",
+                "hsi_dagster",
+            ]
+        )
+        workspace.write_text(
+            f"load_from:\n  - grpc_server:\n      host: 127.0.0.1\n      port: {port}\n"
+            "      location_name: hsi_dagster\n"
+        )
+    return code_server, start([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)])
+
+
 def run_hsi_process(lane: Lane, log) -> None:
     subprocess.run(
-        [str(ROOT / ".venv/bin/hsi"), "process"],
+        [str(BIN / "hsi"), "process"],
         env=lane.env,
         cwd=lane.home.parent,
         check=True,
@@ -170,7 +210,7 @@ def measure(lane: Lane, waves, burst, log, daemon: subprocess.Popen | None) -> d
         if daemon is None:
             run_hsi_process(lane, log)
         rows = wait_stored(lane, ids, daemon)
-        for batch_id, (stored_at, latency_ms, status) in rows.items():
+        for stored_at, latency_ms, _status in rows.values():
             overheads.append(stored_at - visible - latency_ms / 1000)
         rows_all.update(rows)
         print(
@@ -204,6 +244,11 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--minutes", type=float, default=20.0, help="simulated activity to draw batches from")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, homes)")
+    parser.add_argument(
+        "--managed",
+        action="store_true",
+        help="`dagster-daemon run` loading the module itself (no separate code server)",
+    )
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="hsi-daemon-bench-"))
@@ -225,8 +270,8 @@ def main() -> int:
 
     # Ctrl-C and SIGTERM both unwind through the finally below.
     signal.signal(signal.SIGTERM, _interrupt)
-    server = daemon = None
-    log = open(work / "processes.log", "w")
+    server = daemon = code_server = None
+    log = open(work / "processes.log", "w")  # noqa: SIM115 - shared by every process started, closed in finally
     try:
         server = EmbeddedServerProcess(port=None, log_path=str(work / "llama.log")).start()
         base_env["LLAMA_SERVER_URL"] = os.environ["LLAMA_SERVER_URL"] = server.url
@@ -244,35 +289,24 @@ def main() -> int:
             flush=True,
         )
 
-        # The daemon runs in the work directory: Dagster loads a `.env` from its working directory into the code
-        # server's environment, and the repository's `.env` would point the runs at data/hsi.duckdb.
-        workspace = work / "workspace.yaml"
-        workspace.write_text(
-            f"load_from:\n  - python_module:\n      module_name: hsi_dagster.definitions\n"
-            f"      working_directory: {ROOT}\n"
-        )
         daemon_lane = Lane("daemon", work, base_env)
         daemon_lane.apply_pool_limits()
-        daemon = subprocess.Popen(
-            [str(ROOT / ".venv/bin/dagster-daemon"), "run", "-w", str(workspace)],
-            env=daemon_lane.env,
-            cwd=work,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        code_server, daemon = start_daemon(daemon_lane, work, log, managed=args.managed)
         wait_first_tick(work / "processes.log", daemon)
         print("sensor + daemon:", flush=True)
         daemon_res = measure(daemon_lane, waves, burst, log, daemon)
         _stop_group(daemon)
+        if code_server is not None:
+            _stop_group(code_server)
 
         cli_lane = Lane("cli", work, base_env)
         cli_lane.apply_pool_limits()
         print("hsi process:", flush=True)
         cli_res = measure(cli_lane, waves, burst, log, None)
     finally:
-        if daemon is not None:
-            _stop_group(daemon)
+        for proc in (daemon, code_server):
+            if proc is not None:
+                _stop_group(proc)
         if server is not None:
             server.stop()
         log.close()

@@ -1,0 +1,1169 @@
+"""The live path at interactive speed: a live simulated stream through the inbox sensor and the daemon, side by side
+with `hsi process` on the same files, real parts only.
+
+Run:  flock /tmp/hsi-bench.lock .venv/bin/python bench/live_bench.py --rate 0.5 --seconds 180 [--seed 7]
+      [--parallel 2] [--max-tokens 384] [--orchestrator daemon|dev|managed] [--lanes daemon,cli] [--json OUT]
+
+What runs (every process in its own process group, all stopped at the end, also on Ctrl-C or SIGTERM):
+- one embedded llama.cpp server (hsi_dagster.llm.embedded, SmolLM2) with PARALLEL slots per lane, so neither lane
+  waits in its Dagster pool for the other lane's requests (they still share the 2 cores);
+- `hsi simulate --live --inbox INBOX --rate R --seconds S`: one file per second with that second's detections;
+- lane "daemon": `dagster code-server start` + `dagster-daemon run` pointed at it, as `dagster dev` starts them (or
+  `dagster dev` itself, or a daemon that loads the module itself: --orchestrator) on a temporary DAGSTER_HOME with the
+  repository's dagster.yaml and a temporary DuckDB file, watching INBOX: inbox_sensor -> ingest runs,
+  batch_window_sensor -> a run per closed window, through the run queue and pools, against the embedded server;
+- lane "cli": the same files ingested by this script into a second DuckDB file as soon as they appear (the library
+  call `hsi ingest` makes), and `hsi process` (a fresh command, its own DAGSTER_HOME) started whenever a window has
+  closed (windows computed from the files with hsi_dagster.core.batching), one at a time, as a cron job would.
+
+Per batch: window closed (closes_at; the stream's timestamps are wall-clock time) -> row stored (assessed_at), LLM
+time (latency_ms) and overhead = the difference minus LLM time; per file: ingest lag = ingested_at - the file's
+mtime. Exactly once: every window of the stream has exactly one risk_assessments row and one successful run
+(and one risk_assessments materialization) in each lane's Dagster instance, every detection is in one batch.
+Stages from Dagster's event log (daemon lane): window closed -> detections visible -> sensor tick -> run enqueued ->
+RUN_STARTING (dequeued and launched) -> run process started -> RUN_START -> each step -> row stored. DuckDB lock
+waits: a `sitecustomize` put on the lanes' PYTHONPATH times every `hsi_dagster.storage.db.open_connection` call
+(package code unchanged). The lanes' databases are not read while the stream runs (a reader would make writers wait);
+measurement queries here are read-only.
+
+Micro figures (--micro, on by default, before the stream): import time of hsi_dagster.definitions, a process
+spawned with multiprocessing 'spawn' that imports it (what dagster's code server does per run), and the readiness
+check with its schema probe (LlamaClient.ensure_ready) from a fresh process. The load average is sampled throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's bin: hsi, dagster, dagster-daemon
+SLOT_CONTEXT = 4096
+STEPS = ("detection_batches", "enriched_contexts", "budgeted_prompts", "risk_assessments")
+
+
+# ----------------------------------------------------------------------------------------------------- utilities
+def p90(values: list[float]) -> float:
+    """Nearest-rank 90th percentile (the largest value for fewer than 10 values)."""
+    return sorted(values)[math.ceil(0.9 * len(values)) - 1]
+
+
+def summary(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    return f"median {statistics.median(values):.2f}s, p90 {p90(values):.2f}s, max {max(values):.2f}s (n={len(values)})"
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _epoch(value: Any) -> float:
+    """A DuckDB TIMESTAMPTZ or a Dagster datetime (naive = UTC) as epoch seconds."""
+    if value is None:
+        return math.nan
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+class Processes:
+    """Every process started here, each in its own session (process group), stopped group by group at the end."""
+
+    def __init__(self) -> None:
+        self._procs: list[tuple[str, subprocess.Popen]] = []
+        self._lock = threading.Lock()
+        self.closing = False
+
+    def start(self, name: str, argv: list[str], *, env: dict[str, str], cwd: Path, log) -> subprocess.Popen:
+        with self._lock:
+            if self.closing:
+                raise RuntimeError(f"not starting {name}: shutting down")
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self._procs.append((name, proc))
+            return proc
+
+    @staticmethod
+    def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+        """SIGTERM the process group (a daemon's code server and run processes, `hsi process` workers), then
+        SIGKILL whatever is left of the group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # children that outlive their leader
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.closing = True
+            procs = list(reversed(self._procs))
+        for _, proc in procs:
+            self.stop(proc)
+
+
+class LoadSampler(threading.Thread):
+    """The 1-minute load average and the machine's CPU busy share, every 5 s."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="load-sampler")
+        self.samples: list[tuple[float, float, float]] = []  # (epoch, loadavg, cpu busy share since last sample)
+        self.stop_event = threading.Event()
+
+    @staticmethod
+    def _cpu() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    def run(self) -> None:
+        busy0, total0 = self._cpu()
+        while not self.stop_event.wait(5.0):
+            busy, total = self._cpu()
+            share = (busy - busy0) / max(1, total - total0)
+            busy0, total0 = busy, total
+            self.samples.append((time.time(), load_average(), share))
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        inside = [s for s in self.samples if start <= s[0] <= end] or self.samples
+        if not inside:
+            return {}
+        loads, busy = [s[1] for s in inside], [s[2] for s in inside]
+        return {
+            "load_min": min(loads),
+            "load_median": statistics.median(loads),
+            "load_max": max(loads),
+            "cpu_busy_median": statistics.median(busy),
+        }
+
+
+# DuckDB lock waits, measured without touching package code: a `sitecustomize` on the lanes' PYTHONPATH wraps
+# hsi_dagster.storage.db.open_connection when that module is first imported (nothing is imported earlier, so
+# process start-up is unchanged) and appends one line per call: pid, start, seconds in the call, read-only, caller.
+SITECUSTOMIZE = """\
+import importlib.abc, importlib.machinery, os, sys, time
+
+_LOG = os.environ.get("HSI_BENCH_LOCK_LOG")
+
+
+def _caller():
+    frame = sys._getframe(2)
+    for _ in range(8):
+        name = frame.f_globals.get("__name__", "?")
+        if name not in ("hsi_dagster.storage.db", "contextlib") and not name.startswith("_bench_"):
+            return f"{name}.{frame.f_code.co_name}"
+        frame = frame.f_back
+        if frame is None:
+            break
+    return "?"
+
+
+def _patch(module):
+    inner = module.open_connection
+
+    def open_connection(path, *args, **kwargs):
+        start, t0 = time.time(), time.perf_counter()
+        try:
+            return inner(path, *args, **kwargs)
+        finally:
+            took = time.perf_counter() - t0
+            mode = int(bool(kwargs.get("read_only")))
+            line = f"{os.getpid()} {start:.4f} {took:.4f} {mode} {_caller()}\\n"
+            with open(_LOG, "a") as log:
+                log.write(line)
+
+    module.open_connection = open_connection
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "hsi_dagster.storage.db":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _LOG:
+    sys.meta_path.insert(0, _Finder())
+"""
+
+
+def read_lock_log(path: Path) -> dict[str, Any]:
+    """Calls to open_connection: how many, how long they took (a call that waits out another process's lock takes
+    tens of milliseconds or more; an uncontended one a few), by caller."""
+    if not path.exists():
+        return {"calls": 0}
+    rows = []
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) == 5:
+            rows.append((int(parts[0]), float(parts[1]), float(parts[2]), parts[3] == "1", parts[4]))
+    waits = [r[2] for r in rows]
+    slow = [r for r in rows if r[2] >= 0.05]
+    by_caller: dict[str, list[float]] = {}
+    for r in slow:
+        by_caller.setdefault(r[4], []).append(r[2])
+    return {
+        "calls": len(rows),
+        "median_s": statistics.median(waits) if waits else 0.0,
+        "waits_over_50ms": len(slow),
+        "total_over_50ms_s": sum(r[2] for r in slow),
+        "max_s": max(waits) if waits else 0.0,
+        "slow_by_caller": {
+            k: {"n": len(v), "total_s": round(sum(v), 3), "max_s": max(v)} for k, v in by_caller.items()
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------------------ the stream
+@dataclass
+class StreamFile:
+    path: Path
+    mtime: float
+    records: list[dict]
+
+
+def read_stream(inbox: Path) -> list[StreamFile]:
+    files = []
+    for path in sorted(inbox.glob("*.jsonl")):
+        if path.name.startswith("."):
+            continue
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        files.append(StreamFile(path.resolve(), path.stat().st_mtime, records))
+    return files
+
+
+def refs_of(records: list[dict]):
+    from hsi_dagster.core.batching import DetectionRef
+
+    return [
+        DetectionRef(
+            r["detection_id"],
+            r["camera_id"],
+            datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC),
+            r["label"],
+            float(r["confidence"]),
+        )
+        for r in records
+    ]
+
+
+def batch_rules():
+    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.settings import load_settings
+
+    return BatchRules.from_settings(load_settings())
+
+
+# ---------------------------------------------------------------------------------------------------------- lanes
+class Lane:
+    """One lane's DuckDB file, Dagster home, lock-wait log and environment."""
+
+    def __init__(self, name: str, work: Path, base_env: dict[str, str], inbox: Path) -> None:
+        self.name = name
+        self.work = work
+        self.home = work / f"{name}_home"
+        self.home.mkdir()
+        shutil.copy(ROOT / "dagster.yaml", self.home / "dagster.yaml")
+        self.db = work / f"{name}.duckdb"
+        self.lock_log = work / f"{name}_locks.log"
+        self.env = {
+            **base_env,
+            "DAGSTER_HOME": str(self.home),
+            "HSI_DUCKDB_PATH": str(self.db),
+            "HSI_INBOX_DIR": str(inbox),
+            "HSI_BENCH_LOCK_LOG": str(self.lock_log),
+        }
+
+    def apply_pool_limits(self) -> None:
+        """The pool limits `hsi` sets on its instance (llama_slots = PARALLEL, duckdb_writes = 1)."""
+        code = (
+            "from hsi_dagster.cli.instance import get_instance; from hsi_dagster.settings import load_settings; "
+            "get_instance(load_settings())"
+        )
+        subprocess.run([sys.executable, "-c", code], env=self.env, cwd=self.work, check=True, timeout=120)
+
+    def progress(self) -> dict[str, Any]:
+        """Counts for the completion check (read-only, used only once the stream has ended)."""
+        from hsi_dagster.storage.db import DatabaseNotFound, connect
+
+        try:
+            with connect(self.db, read_only=True, wait_seconds=10) as conn:
+                detections, unassigned = _one(
+                    conn, "SELECT count(*), count(*) FILTER (WHERE batch_id IS NULL) FROM detections"
+                )
+                batches, unassessed = _one(
+                    conn,
+                    "SELECT count(*), count(*) FILTER (WHERE batch_id NOT IN (SELECT batch_id FROM risk_assessments))"
+                    " FROM detection_batches",
+                )
+        except (DatabaseNotFound, Exception) as exc:  # noqa: BLE001 - a missing table before the first ingest too
+            return {"error": 1, "detections": 0, "unassigned": 0, "batches": 0, "unassessed": 0, "why": str(exc)[:80]}
+        return {"detections": detections, "unassigned": unassigned, "batches": batches, "unassessed": unassessed}
+
+    def rows(self) -> dict[str, Any]:
+        """Everything measured in the lane's DuckDB file (read-only, after the lane has stopped)."""
+        from hsi_dagster.storage.db import connect
+
+        with connect(self.db, read_only=True) as conn:
+            batches = conn.execute(
+                "SELECT b.batch_id, b.camera_id, epoch(b.closes_at), b.close_reason, b.has_late, b.detection_count, "
+                "epoch(b.recorded_at), (SELECT epoch(max(d.ingested_at)) FROM detections d "
+                "WHERE d.batch_id = b.batch_id) FROM detection_batches b"
+            ).fetchall()
+            assessments = conn.execute(
+                "SELECT batch_id, epoch(assessed_at), latency_ms, status FROM risk_assessments"
+            ).fetchall()
+            files = conn.execute("SELECT path, mtime_ns, epoch(ingested_at), loaded FROM ingested_files").fetchall()
+            detections, unassigned, late = _one(
+                conn,
+                "SELECT count(*), count(*) FILTER (WHERE batch_id IS NULL), count(*) FILTER (WHERE is_late) "
+                "FROM detections",
+            )
+            (quarantined,) = _one(conn, "SELECT count(*) FROM quarantine")
+        return {
+            "batches": {
+                b[0]: {
+                    "camera": b[1],
+                    "closes_at": b[2],
+                    "reason": b[3],
+                    "has_late": b[4],
+                    "detections": b[5],
+                    "recorded_at": b[6],
+                    "last_ingested_at": b[7],
+                }
+                for b in batches
+            },
+            "assessments": {
+                a[0]: {"stored_at": a[1], "latency_s": (a[2] or 0.0) / 1000, "status": a[3]} for a in assessments
+            },
+            "files": {f[0]: {"mtime": f[1] / 1e9, "ingested_at": f[2], "loaded": f[3]} for f in files},
+            "detections": detections,
+            "unassigned": unassigned,
+            "late": late,
+            "quarantined": quarantined,
+        }
+
+
+def _one(conn, sql: str) -> tuple:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def wait_until_done(lanes: list[Lane], expected_detections: int, timeout: float, alive) -> dict[str, dict]:
+    """Poll each lane every 5 s until every detection is batched and every batch assessed (or timeout)."""
+    deadline = time.monotonic() + timeout
+    shown = time.monotonic()
+    last: dict[str, dict] = {}
+    while True:
+        pending = []
+        for lane in lanes:
+            state = lane.progress()
+            last[lane.name] = state
+            done = (
+                not state.get("error")
+                and state["detections"] >= expected_detections
+                and state["unassigned"] == 0
+                and state["unassessed"] == 0
+            )
+            if not done:
+                pending.append(lane.name)
+        if not pending:
+            return last
+        problem = alive()
+        if problem:
+            raise RuntimeError(problem)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"lanes {pending} not done after {timeout:.0f}s: {last}")
+        if time.monotonic() - shown > 30:
+            shown = time.monotonic()
+            print(f"  waiting for {pending}: {last}; load {load_average():.2f}", flush=True)
+        time.sleep(5.0)
+
+
+class CliLane(threading.Thread):
+    """Ingest each new stream file into the cli lane's database, and run `hsi process` whenever a window has closed
+    that no earlier `hsi process` saw (one at a time, as a cron job or a watcher script would)."""
+
+    def __init__(self, lane: Lane, inbox: Path, procs: Processes, log, poll_s: float = 0.25) -> None:
+        super().__init__(daemon=True, name="cli-lane")
+        self.lane, self.inbox, self.procs, self.log, self.poll_s = lane, inbox, procs, log, poll_s
+        self.stop_event = threading.Event()
+        self.seen: set[Path] = set()
+        self.refs: list = []
+        self.refs_lock = threading.Lock()
+        self.handed: set[str] = set()
+        self.invocations: list[dict] = []
+        self.ingest_calls: list[dict] = []
+        self.error: BaseException | None = None
+        self.rules = batch_rules()
+
+    def _ingest_new(self) -> None:
+        from hsi_dagster.storage.ingest import ingest_files
+
+        for path in sorted(self.inbox.glob("*.jsonl")):
+            if path.name.startswith(".") or path in self.seen:
+                continue
+            started = time.time()
+            ingest_files(str(self.lane.db), [path], skip_already_ingested=True)
+            self.ingest_calls.append({"file": str(path.resolve()), "start": started, "end": time.time()})
+            self.seen.add(path)
+            new = refs_of([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+            with self.refs_lock:
+                self.refs.extend(new)
+
+    def _closed_not_handed(self) -> list:
+        from hsi_dagster.core.batching import assign_batches, closed_batches
+
+        now = datetime.now(UTC)
+        with self.refs_lock:
+            refs = list(self.refs)
+        return [b for b in closed_batches(assign_batches(refs, self.rules), now) if b.batch_id not in self.handed]
+
+    def _hsi_process(self, batch_ids: list[str]) -> None:
+        started = time.time()
+        proc = self.procs.start(
+            "hsi process", [str(BIN / "hsi"), "process"], env=self.lane.env, cwd=self.lane.work, log=self.log
+        )
+        try:
+            code = proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            Processes.stop(proc)
+            code = -1
+        self.invocations.append({"start": started, "end": time.time(), "batches": batch_ids, "exit": code})
+        self.handed.update(batch_ids)
+        recent = [i["exit"] for i in self.invocations[-3:]]
+        if len(recent) == 3 and all(recent):
+            raise RuntimeError(f"`hsi process` failed 3 times in a row (exit {recent}); see processes.log")
+
+    def run(self) -> None:
+        # One thread ingests, this one runs `hsi process`: ingest never waits behind an assessment.
+        ingester = threading.Thread(target=self._ingest_loop, daemon=True, name="cli-ingest")
+        ingester.start()
+        try:
+            while not self.stop_event.is_set():
+                due = self._closed_not_handed()
+                if due:
+                    self._hsi_process([b.batch_id for b in due])
+                else:
+                    self.stop_event.wait(self.poll_s)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            self.error = exc
+
+    def _ingest_loop(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self._ingest_new()
+                self.stop_event.wait(self.poll_s)
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+
+# ---------------------------------------------------------------------------------------------- Dagster's records
+def dagster_runs(home: Path) -> list[dict]:
+    """Every run of the lane's instance with the timestamps of its events (epoch seconds)."""
+    import dagster as dg
+    from dagster._core.events import DagsterEventType as T
+
+    wanted = {
+        T.RUN_ENQUEUED: "enqueued",
+        T.RUN_STARTING: "starting",
+        T.RUN_START: "run_start",
+        T.RUN_SUCCESS: "run_end",
+        T.RUN_FAILURE: "run_end",
+    }
+    runs = []
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for record in instance.get_run_records():
+            run = record.dagster_run
+            detections_op: dict[str, Any] = ((run.run_config or {}).get("ops") or {}).get("detections") or {}  # type: ignore[attr-defined]
+            info: dict[str, Any] = {
+                "run_id": run.run_id,
+                "job": run.job_name,
+                "status": run.status.value,
+                "partition": run.tags.get("dagster/partition"),
+                "tick": run.tags.get("dagster/tick"),
+                "created": _epoch(record.create_timestamp),
+                "paths": (detections_op.get("config") or {}).get("paths"),
+                "steps": {},
+                "materialized": [],
+            }
+            for entry in instance.all_logs(run.run_id):
+                event = entry.dagster_event
+                if event is None:
+                    continue
+                kind = event.event_type
+                if kind in wanted:
+                    info.setdefault(wanted[kind], entry.timestamp)
+                elif kind == T.ENGINE_EVENT and (event.message or "").startswith("Started process for run"):
+                    info.setdefault("process_started", entry.timestamp)
+                elif kind == T.STEP_START:
+                    info["steps"].setdefault(event.step_key, {})["start"] = entry.timestamp
+                elif kind in (T.STEP_SUCCESS, T.STEP_FAILURE):
+                    info["steps"].setdefault(event.step_key, {})["end"] = entry.timestamp
+                elif kind == T.ASSET_MATERIALIZATION and event.asset_key is not None:
+                    info["materialized"].append(event.asset_key.to_user_string())
+            runs.append(info)
+    return runs
+
+
+def failed_runs(home: Path) -> int:
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        return instance.get_runs_count(dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
+
+
+def dagster_ticks(home: Path) -> list[dict]:
+    import dagster as dg
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    ticks = []
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+            for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=100000):
+                ticks.append(
+                    {
+                        "sensor": state.instigator_name,
+                        "id": tick.tick_id,
+                        "start": tick.timestamp,
+                        "end": tick.end_timestamp,
+                        "status": tick.status.value,
+                        "run_ids": list(tick.run_ids),
+                    }
+                )
+    return ticks
+
+
+def risk_materializations(home: Path) -> dict[str, int]:
+    import dagster as dg
+
+    counts: dict[str, int] = {}
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        cursor = None
+        while True:
+            result = instance.fetch_materializations(
+                dg.AssetKey("risk_assessments"), limit=1000, cursor=cursor, ascending=True
+            )
+            for record in result.records:
+                counts[record.partition_key or ""] = counts.get(record.partition_key or "", 0) + 1
+            if not result.has_more:
+                return counts
+            cursor = result.cursor
+
+
+# ------------------------------------------------------------------------------------------------------ micro figures
+def micro(env: dict[str, str], work: Path, url: str) -> dict[str, Any]:
+    """Import, spawn and readiness-probe costs, each in a fresh process (what every run process pays today)."""
+    out: dict[str, Any] = {"load_before": load_average()}
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import hsi_dagster.definitions"], env=env, cwd=work, check=True)
+        walls.append(time.perf_counter() - t0)
+    out["import_definitions_wall_s"] = walls
+    trace = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import hsi_dagster.definitions"],
+        env=env,
+        cwd=work,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stderr
+    cumulative = {}
+    for line in trace.splitlines():
+        parts = [p.strip() for p in line.removeprefix("import time:").split("|")]
+        if len(parts) == 3 and parts[1].isdigit():
+            cumulative[parts[2]] = int(parts[1]) / 1e6
+    out["importtime_s"] = {
+        name: cumulative.get(name)
+        for name in ("hsi_dagster.definitions", "dagster", "hsi_dagster.storage.ingest", "numpy", "httpx", "duckdb")
+    }
+    spawn = textwrap.dedent(
+        """
+        import importlib, multiprocessing, time
+        if __name__ == "__main__":
+            ctx = multiprocessing.get_context("spawn")
+            t0 = time.perf_counter()
+            p = ctx.Process(target=importlib.import_module, args=("hsi_dagster.definitions",))
+            p.start(); p.join()
+            print(time.perf_counter() - t0)
+        """
+    )
+    script = work / "_bench_spawn.py"
+    script.write_text(spawn)
+    out["spawn_import_definitions_s"] = [
+        float(
+            subprocess.run(
+                [sys.executable, str(script)], env=env, cwd=work, check=True, capture_output=True, text=True
+            ).stdout
+        )
+        for _ in range(3)
+    ]
+    probe = textwrap.dedent(
+        f"""
+        import json, time
+        from hsi_dagster.llm.client import LlamaClient
+        t0 = time.perf_counter()
+        with LlamaClient({url!r}) as client:
+            client.wait_until_ready(); t1 = time.perf_counter()
+            client.server_info(); t2 = time.perf_counter()
+            client.verify_schema_enforcement(); t3 = time.perf_counter()
+        print(json.dumps({{"health_s": t1 - t0, "props_slots_s": t2 - t1, "schema_probe_s": t3 - t2}}))
+        """
+    )
+    probes = []
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", probe], env=env, cwd=work, capture_output=True, text=True)
+        probes.append(json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()[-300:]})
+    out["ensure_ready_fresh_process"] = probes
+    out["load_after"] = load_average()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------- analysis
+def batch_table(expected: list, lanes: dict[str, dict]) -> list[dict]:
+    rows = []
+    for batch in expected:
+        row: dict[str, Any] = {
+            "batch_id": batch.batch_id,
+            "camera": batch.camera_id,
+            "reason": batch.close_reason,
+            "closes_at": batch.closes_at.timestamp(),
+            "detections": len(batch.detection_ids),
+        }
+        for name, data in lanes.items():
+            stored = data["assessments"].get(batch.batch_id)
+            recorded = data["batches"].get(batch.batch_id)
+            if stored is None:
+                row[name] = None
+                continue
+            total = stored["stored_at"] - row["closes_at"]
+            visible = max(row["closes_at"], (recorded or {}).get("last_ingested_at") or row["closes_at"])
+            row[name] = {
+                "close_to_stored_s": total,
+                "llm_s": stored["latency_s"],
+                "overhead_s": total - stored["latency_s"],
+                "visible_at": visible,
+                "stored_at": stored["stored_at"],
+                "status": stored["status"],
+            }
+        rows.append(row)
+    return rows
+
+
+def ingest_lags(files: list[StreamFile], data: dict) -> list[float]:
+    lags = []
+    for f in files:
+        got = data["files"].get(str(f.path))
+        lags.append(got["ingested_at"] - f.mtime if got else math.nan)
+    return lags
+
+
+def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: str) -> dict[str, list[float]]:
+    """Per batch run of the lane: the time spent in each stage, from closes_at to the row."""
+    tick_start = {t["id"]: t["start"] for t in ticks}
+    tick_of_run = {run_id: t["start"] for t in ticks for run_id in t["run_ids"]}
+    by_partition: dict[str, list[dict]] = {}
+    for run in runs:
+        if run["job"] == "batch_pipeline" and run["partition"]:
+            by_partition.setdefault(run["partition"], []).append(run)
+    stages: dict[str, list[float]] = {}
+
+    def add(name: str, a: float | None, b: float | None) -> None:
+        if a is not None and b is not None and not math.isnan(a) and not math.isnan(b):
+            stages.setdefault(name, []).append(b - a)
+
+    for row in table:
+        got = row.get(lane)
+        candidates = [r for r in by_partition.get(row["batch_id"], []) if r["status"] == "SUCCESS"]
+        if not got or not candidates:
+            continue
+        run = candidates[0]
+        tick = tick_of_run.get(run["run_id"]) or (tick_start.get(int(run["tick"])) if run.get("tick") else None)
+        add("window closed -> detections visible (ingest)", row["closes_at"], got["visible_at"])
+        add("visible -> sensor tick", got["visible_at"], tick)
+        add("sensor tick -> run enqueued", tick, run.get("enqueued") or run["created"])
+        add("enqueued -> RUN_STARTING (queue, pools)", run.get("enqueued") or run["created"], run.get("starting"))
+        add("RUN_STARTING -> run process started (spawn, imports)", run.get("starting"), run.get("process_started"))
+        add("process started -> RUN_START", run.get("process_started"), run.get("run_start"))
+        first = min((s["start"] for s in run["steps"].values() if "start" in s), default=None)
+        add("RUN_START -> first STEP_START", run.get("run_start"), first)
+        previous_end = None
+        for step in STEPS:
+            s = run["steps"].get(step, {})
+            if previous_end is not None:
+                add("between steps", previous_end, s.get("start"))
+            if step == "risk_assessments":
+                add("risk_assessments start -> row stored, minus LLM", s.get("start"), got["stored_at"] - got["llm_s"])
+                add("LLM (latency_ms)", 0.0, got["llm_s"])
+            else:
+                add(f"step {step}", s.get("start"), s.get("end"))
+            previous_end = s.get("end")
+        add("row stored -> RUN_SUCCESS", got["stored_at"], run.get("run_end"))
+    return stages
+
+
+def ingest_stages(files: list[StreamFile], data: dict, runs: list[dict], ticks: list[dict]) -> dict[str, list[float]]:
+    tick_of_run = {run_id: t["start"] for t in ticks for run_id in t["run_ids"]}
+    by_file: dict[str, dict] = {}
+    for run in runs:
+        if run["job"] == "ingest_detections" and run["paths"] and run["status"] == "SUCCESS":
+            for p in run["paths"]:
+                by_file.setdefault(p, run)
+    stages: dict[str, list[float]] = {}
+
+    def add(name: str, a: float | None, b: float | None) -> None:
+        if a is not None and b is not None:
+            stages.setdefault(name, []).append(b - a)
+
+    for f in files:
+        ingest_run = by_file.get(str(f.path))
+        got = data["files"].get(str(f.path))
+        if not ingest_run:
+            continue
+        add("file written -> sensor tick", f.mtime, tick_of_run.get(ingest_run["run_id"]))
+        add("sensor tick -> run enqueued", tick_of_run.get(ingest_run["run_id"]), ingest_run.get("enqueued"))
+        add(
+            "enqueued -> RUN_STARTING (queue, duckdb_writes pool)",
+            ingest_run.get("enqueued"),
+            ingest_run.get("starting"),
+        )
+        add("RUN_STARTING -> run process started", ingest_run.get("starting"), ingest_run.get("process_started"))
+        add("process started -> RUN_START", ingest_run.get("process_started"), ingest_run.get("run_start"))
+        add(
+            "RUN_START -> STEP_START",
+            ingest_run.get("run_start"),
+            ingest_run["steps"].get("detections", {}).get("start"),
+        )
+        add(
+            "STEP_START -> rows loaded (ingested_at)",
+            ingest_run["steps"].get("detections", {}).get("start"),
+            got["ingested_at"] if got else None,
+        )
+        add("run wall time (RUN_STARTING -> end)", ingest_run.get("starting"), ingest_run.get("run_end"))
+    return stages
+
+
+def cli_stages(table: list[dict], runs: list[dict], invocations: list[dict]) -> dict[str, list[float]]:
+    by_partition = {r["partition"]: r for r in runs if r["job"] == "batch_pipeline" and r["status"] == "SUCCESS"}
+    stages: dict[str, list[float]] = {}
+
+    def add(name: str, a: float | None, b: float | None) -> None:
+        if a is not None and b is not None:
+            stages.setdefault(name, []).append(b - a)
+
+    for row in table:
+        got, run = row.get("cli"), by_partition.get(row["batch_id"])
+        if not got or not run:
+            continue
+        invocation = next((i for i in invocations if row["batch_id"] in i["batches"]), None)
+        start = invocation["start"] if invocation else None
+        add("window closed -> detections visible (ingest)", row["closes_at"], got["visible_at"])
+        add("visible -> `hsi process` started", got["visible_at"], start)
+        add("`hsi process` started -> RUN_START", start, run.get("run_start"))
+        first = min((s["start"] for s in run["steps"].values() if "start" in s), default=None)
+        add("RUN_START -> first STEP_START", run.get("run_start"), first)
+        risk = run["steps"].get("risk_assessments", {})
+        add("first STEP_START -> risk_assessments start", first, risk.get("start"))
+        add("risk_assessments start -> row stored, minus LLM", risk.get("start"), got["stored_at"] - got["llm_s"])
+    return stages
+
+
+def exactly_once(expected: list, data: dict, runs: list[dict], materializations: dict[str, int]) -> dict[str, Any]:
+    expected_ids = {b.batch_id for b in expected}
+    recorded, assessed = set(data["batches"]), set(data["assessments"])
+    successes: dict[str, int] = {}
+    failures: dict[str, int] = {}
+    for run in runs:
+        if run["job"] == "batch_pipeline" and run["partition"]:
+            bucket = successes if run["status"] == "SUCCESS" else failures
+            bucket[run["partition"]] = bucket.get(run["partition"], 0) + 1
+    statuses: dict[str, int] = {}
+    for a in data["assessments"].values():
+        statuses[a["status"]] = statuses.get(a["status"], 0) + 1
+    return {
+        "missing_batches": sorted(expected_ids - recorded),
+        "extra_batches": sorted(recorded - expected_ids),
+        "unassessed": sorted(expected_ids - assessed),
+        "batches_with_late_detections": sorted(b for b, v in data["batches"].items() if v["has_late"]),
+        "detections": data["detections"],
+        "unassigned_detections": data["unassigned"],
+        "quarantined": data["quarantined"],
+        "runs_not_exactly_one_success": {b: successes.get(b, 0) for b in expected_ids if successes.get(b, 0) != 1},
+        "failed_runs": sum(failures.values()),
+        "materializations_not_exactly_one": {
+            b: materializations.get(b, 0) for b in expected_ids if materializations.get(b, 0) != 1
+        },
+        "statuses": statuses,
+    }
+
+
+def sensor_figures(ticks: list[dict]) -> dict[str, dict]:
+    out = {}
+    for name in sorted({t["sensor"] for t in ticks}):
+        mine = sorted((t for t in ticks if t["sensor"] == name), key=lambda t: t["start"])
+        durations = [t["end"] - t["start"] for t in mine if t["end"]]
+        gaps = [b["start"] - a["start"] for a, b in zip(mine, mine[1:], strict=False)]
+        out[name] = {
+            "ticks": len(mine),
+            "duration_median_s": statistics.median(durations) if durations else None,
+            "duration_max_s": max(durations) if durations else None,
+            "interval_median_s": statistics.median(gaps) if gaps else None,
+            "runs_requested": sum(len(t["run_ids"]) for t in mine),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=0.5, help="detections per second of the live stream")
+    parser.add_argument("--seconds", type=float, default=180.0, help="length of the live stream")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--parallel", type=int, default=2, help="PARALLEL of each lane (server slots per lane)")
+    parser.add_argument("--max-tokens", type=int, default=384)
+    parser.add_argument(
+        "--orchestrator",
+        choices=ORCHESTRATORS,
+        default="daemon",
+        help="daemon: `dagster code-server start` + `dagster-daemon run` pointed at it (as `dagster dev` starts "
+        "them, without the webserver); dev: `dagster dev`; managed: `dagster-daemon run` loading the module itself "
+        "(it restarts its code server every 60 s)",
+    )
+    parser.add_argument("--lanes", default="daemon,cli", help="daemon, cli or both (comma-separated)")
+    parser.add_argument("--settle-timeout", type=float, default=900.0, help="after the last window closes")
+    parser.add_argument("--no-micro", action="store_true", help="skip the import/spawn/probe figures")
+    parser.add_argument("--json", type=Path, help="write every figure and the per-batch table here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, homes)")
+    args = parser.parse_args()
+    lanes_wanted = [x.strip() for x in args.lanes.split(",") if x.strip()]
+    if not lanes_wanted or set(lanes_wanted) - {"daemon", "cli"}:
+        parser.error("--lanes takes daemon, cli or daemon,cli")
+
+    work = Path(tempfile.mkdtemp(prefix="hsi-live-bench-"))
+    inbox = work / "inbox"
+    inbox.mkdir()
+    trace = work / "trace"
+    trace.mkdir()
+    (trace / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    slots = args.parallel * len(lanes_wanted)
+    base_env = {
+        **os.environ,
+        "HSI_ENV_FILE": os.devnull,  # never the repository's .env
+        "CTX_SIZE": str(SLOT_CONTEXT * args.parallel),
+        "PARALLEL": str(args.parallel),
+        "ANALYSIS_WORKER_COUNT": str(args.parallel),
+        "THREADS": "2",
+        "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens),
+        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(trace), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    # Byte-code caching as a user has it (some sandboxes set PYTHONDONTWRITEBYTECODE, which makes every run
+    # process recompile whatever source changed since its .pyc was written).
+    base_env.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.update({k: v for k, v in base_env.items() if k not in ("DAGSTER_HOME", "PYTHONPATH")})
+    os.environ["DAGSTER_HOME"] = str(work)  # never the repository's .dagster_home
+
+    from hsi_dagster.llm.embedded import EmbeddedServerProcess
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    procs = Processes()
+    sampler = LoadSampler()
+    sampler.start()
+    server = None
+    cli_thread: CliLane | None = None
+    lanes: dict[str, Lane] = {}
+    log = open(work / "processes.log", "w")  # noqa: SIM115 - shared by every process started, closed in finally
+    result: dict[str, Any] = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "load_at_start": load_average(),
+        "started": datetime.now(UTC).isoformat(),
+    }
+    try:
+        server = EmbeddedServerProcess(
+            {"PARALLEL": slots, "CTX_SIZE": SLOT_CONTEXT * slots}, log_path=str(work / "llama.log")
+        ).start()
+        base_env["LLAMA_SERVER_URL"] = os.environ["LLAMA_SERVER_URL"] = server.url
+        print(f"work dir {work}; llama.cpp server {server.url} with {slots} slots; load {load_average():.2f}")
+        if not args.no_micro:
+            result["micro"] = micro({**base_env, "DAGSTER_HOME": str(work)}, work, server.url)
+            print("micro:", json.dumps(result["micro"]), flush=True)
+
+        daemon = None
+        if "daemon" in lanes_wanted:
+            lane = lanes["daemon"] = Lane("daemon", work, base_env, inbox)
+            lane.apply_pool_limits()
+            daemon = start_orchestrator(args.orchestrator, lane, work, procs, log)
+            wait_for_sensors(work / "processes.log", daemon, ("batch_window_sensor", "inbox_sensor"))
+        if "cli" in lanes_wanted:
+            lanes["cli"] = Lane("cli", work, base_env, inbox)
+            lanes["cli"].apply_pool_limits()
+            cli_thread = CliLane(lanes["cli"], inbox, procs, log)
+            cli_thread.start()
+
+        result["load_at_stream_start"] = load_average()
+        stream_start = time.time()
+        print(
+            f"stream: {args.rate}/s for {args.seconds:.0f}s (seed {args.seed}); load {load_average():.2f}", flush=True
+        )
+        simulator = procs.start(
+            "hsi simulate",
+            [
+                str(BIN / "hsi"),
+                "simulate",
+                "--live",
+                "--inbox",
+                str(inbox),
+                "--rate",
+                str(args.rate),
+                "--seconds",
+                str(args.seconds),
+                "--seed",
+                str(args.seed),
+            ],
+            env={**base_env, "DAGSTER_HOME": str(work)},
+            cwd=work,
+            log=log,
+        )
+        simulator.wait(timeout=args.seconds + 120)
+        if simulator.returncode != 0:
+            raise RuntimeError(f"hsi simulate exited with {simulator.returncode} (see {work / 'processes.log'})")
+        stream_end = time.time()
+        files = read_stream(inbox)
+        refs = refs_of([r for f in files for r in f.records])
+        from hsi_dagster.core.batching import assign_batches
+
+        expected = assign_batches(refs, batch_rules())
+        last_close = max(b.closes_at.timestamp() for b in expected)
+        print(
+            f"stream done: {len(files)} files, {len(refs)} detections, {len(expected)} windows "
+            f"(last closes {last_close - stream_end:+.0f}s from now)",
+            flush=True,
+        )
+        time.sleep(max(0.0, last_close - time.time()) + 1.0)
+
+        def alive() -> str | None:
+            if daemon is not None and daemon.poll() is not None:
+                return f"{args.orchestrator} exited with {daemon.returncode} (see {work / 'processes.log'})"
+            if "daemon" in lanes:
+                failed = failed_runs(lanes["daemon"].home)
+                if failed >= 3:
+                    return f"{failed} failed runs in the daemon lane (see {work / 'processes.log'})"
+            if cli_thread is not None and cli_thread.error is not None:
+                return f"cli lane failed: {cli_thread.error!r}"
+            return None
+
+        wait_until_done(list(lanes.values()), len(refs), args.settle_timeout, alive)
+        done_at = time.time()
+        print(f"all lanes done {done_at - last_close:.0f}s after the last window closed", flush=True)
+        if daemon is not None:
+            Processes.stop(daemon)
+        if cli_thread is not None:
+            cli_thread.stop_event.set()
+            cli_thread.join(timeout=60)
+
+        result["stream"] = {
+            "files": len(files),
+            "detections": len(refs),
+            "windows": len(expected),
+            "fast_path_windows": sum(b.is_fast_path for b in expected),
+            "start": stream_start,
+            "end": stream_end,
+        }
+        result["load_during_stream"] = sampler.between(stream_start, done_at)
+        data = {name: lane.rows() for name, lane in lanes.items()}
+        table = batch_table(expected, data)
+        result["batches"] = table
+        for name, lane in lanes.items():
+            runs = dagster_runs(lane.home)
+            ticks = dagster_ticks(lane.home) if name == "daemon" else []
+            lags = ingest_lags(files, data[name])
+            figures: dict[str, Any] = {
+                "overhead": [r[name]["overhead_s"] for r in table if r.get(name)],
+                "close_to_stored": [r[name]["close_to_stored_s"] for r in table if r.get(name)],
+                "llm": [r[name]["llm_s"] for r in table if r.get(name)],
+                "ingest_lag": lags,
+                "exactly_once": exactly_once(expected, data[name], runs, risk_materializations(lane.home)),
+                "lock_waits": read_lock_log(lane.lock_log),
+            }
+            if name == "daemon":
+                figures["stages"] = daemon_stages(table, runs, ticks, name)
+                figures["ingest_stages"] = ingest_stages(files, data[name], runs, ticks)
+                figures["sensors"] = sensor_figures(ticks)
+                figures["runs"] = {
+                    job: sum(1 for r in runs if r["job"] == job) for job in sorted({r["job"] for r in runs})
+                }
+            else:
+                assert cli_thread is not None
+                figures["stages"] = cli_stages(table, runs, cli_thread.invocations)
+                figures["hsi_process_invocations"] = cli_thread.invocations
+                figures["runs"] = {"batch_pipeline": sum(1 for r in runs if r["job"] == "batch_pipeline")}
+            result[name] = figures
+    finally:
+        if cli_thread is not None:
+            cli_thread.stop_event.set()
+        procs.stop_all()
+        if server is not None:
+            server.stop()
+        sampler.stop_event.set()
+        log.close()
+        if args.json and "stream" in result:
+            args.json.write_text(json.dumps(result, indent=1, default=str))
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    report(result, list(lanes))
+    return 0
+
+
+ORCHESTRATORS = ("daemon", "dev", "managed")
+
+
+def start_orchestrator(kind: str, lane: Lane, work: Path, procs: Processes, log) -> subprocess.Popen:
+    """Start the lane's Dagster processes in the work directory (Dagster loads a `.env` from the working directory
+    into the code server; the repository's would point the runs elsewhere). Returns the process to watch."""
+    from hsi_dagster.llm.embedded import free_port
+
+    workspace = work / "workspace.yaml"
+    module = "load_from:\n  - python_module:\n      module_name: hsi_dagster.definitions\n"
+    if kind == "managed":
+        workspace.write_text(module)
+        return procs.start(
+            "dagster-daemon",
+            [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)],
+            env=lane.env,
+            cwd=work,
+            log=log,
+        )
+    if kind == "dev":
+        workspace.write_text(module)
+        argv = [str(BIN / "dagster"), "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(free_port())]
+        return procs.start("dagster dev", argv, env=lane.env, cwd=work, log=log)
+    port = free_port()
+    procs.start(
+        "dagster code-server",
+        [
+            str(BIN / "dagster"),
+            "code-server",
+            "start",
+            "-m",
+            "hsi_dagster.definitions",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "--location-name",
+            "hsi_dagster",
+        ],
+        env=lane.env,
+        cwd=work,
+        log=log,
+    )
+    workspace.write_text(
+        f"load_from:\n  - grpc_server:\n      host: 127.0.0.1\n      port: {port}\n      location_name: hsi_dagster\n"
+    )
+    return procs.start(
+        "dagster-daemon", [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=lane.env, cwd=work, log=log
+    )
+
+
+def wait_for_sensors(log_file: Path, daemon: subprocess.Popen, names: tuple[str, ...], timeout: float = 180.0) -> None:
+    """The daemon, its code server and the sensors are up (each has ticked once) before the stream starts, so
+    start-up is not counted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log_file.read_text(errors="replace")
+        if all(f"sensor: {name}" in text for name in names):
+            return
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon did not tick {names} (see {log_file})")
+        time.sleep(0.5)
+
+
+def report(result: dict[str, Any], lanes: list[str]) -> None:
+    stream = result["stream"]
+    print(
+        f"\nstream: {stream['files']} files, {stream['detections']} detections, {stream['windows']} windows "
+        f"({stream['fast_path_windows']} fast-path) in {stream['end'] - stream['start']:.0f}s; "
+        f"load at start {result['load_at_stream_start']:.2f}, during the run {result['load_during_stream']}"
+    )
+    print("\nper batch (seconds from the window's close; overhead = close -> stored - LLM):")
+    header = f"{'batch':<48} {'reason':<9}"
+    for lane in lanes:
+        header += f" | {lane + ' stored':>13} {'LLM':>6} {'overhead':>8}"
+    print(header)
+    for row in result["batches"]:
+        line = f"{row['batch_id'][:48]:<48} {row['reason']:<9}"
+        for lane in lanes:
+            got = row.get(lane)
+            line += (
+                f" | {got['close_to_stored_s']:>13.1f} {got['llm_s']:>6.1f} {got['overhead_s']:>8.1f}"
+                if got
+                else f" | {'missing':>13} {'':>6} {'':>8}"
+            )
+        print(line)
+    for lane in lanes:
+        f = result[lane]
+        print(f"\n{lane}: overhead {summary(f['overhead'])}")
+        print(f"{lane}: window closed -> row stored {summary(f['close_to_stored'])}; LLM {summary(f['llm'])}")
+        print(f"{lane}: ingest lag per file {summary(f['ingest_lag'])}")
+        print(f"{lane}: exactly once: {json.dumps(f['exactly_once'])}")
+        print(f"{lane}: DuckDB open_connection: {json.dumps(f['lock_waits'])}")
+        print(f"{lane}: runs {f['runs']}")
+        for title, stages in (("batch stages", f.get("stages", {})), ("ingest stages", f.get("ingest_stages", {}))):
+            if stages:
+                print(f"{lane} {title} (median, p90):")
+                for name, values in stages.items():
+                    print(f"  {name:<55} {statistics.median(values):7.2f} {p90(values):7.2f}  n={len(values)}")
+        if "sensors" in f:
+            print(f"{lane}: sensors {json.dumps(f['sensors'])}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
