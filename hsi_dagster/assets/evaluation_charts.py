@@ -19,7 +19,7 @@ COMPARED = (
     ("schema_valid_rate", "schema-valid"),
     ("level_accuracy", "level accuracy"),
     ("macro_f1", "macro-F1"),
-    ("under_call_rate", "under-call (lower is better)"),
+    ("under_call_rate", "under-call\n(lower is better)"),
 )
 
 
@@ -48,7 +48,7 @@ def confusion_png(figures: ConfigurationFigures) -> bytes:
 
 
 def comparison_png(figures: Sequence[ConfigurationFigures]) -> bytes:
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.6 * len(COMPARED) * max(1, len(figures)) / 2), 3.8))
+    figure, axes = plt.subplots(figsize=(max(7.0, 0.9 * len(COMPARED) * max(1, len(figures))), 4.0))
     width = 0.8 / max(1, len(figures))
     for index, item in enumerate(figures):
         values = [getattr(item, name) for name, _ in COMPARED]
@@ -66,7 +66,7 @@ def comparison_png(figures: Sequence[ConfigurationFigures]) -> bytes:
     axes.set_xticks([k + width * (len(figures) - 1) / 2 for k in range(len(COMPARED))], labels=[t for _, t in COMPARED])
     axes.set_ylim(0, 1.12)
     axes.set_ylabel("share")
-    axes.legend(fontsize=7, loc="upper right")
+    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=min(3, max(1, len(figures))))
     axes.set_title("Configurations compared on the labeled scenarios")
     return _png(figure)
 
