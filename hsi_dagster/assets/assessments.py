@@ -31,12 +31,6 @@ def assess_on_server(llm: LlamaServerResource, messages: list[dict], max_tokens:
     return assess(messages, lambda chat: llm.chat_json(chat, RISK_JSON_SCHEMA, max_tokens=max_tokens))
 
 
-def _assess(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> tuple[dict, list[ChatResult]]:
-    """The row fields and the replies; the form assets/evaluation.py still imports (prefer assess_on_server)."""
-    outcome = assess_on_server(llm, messages, max_tokens)
-    return outcome.fields(), outcome.replies
-
-
 @dg.asset(
     partitions_def=batch_partitions,
     deps=[budgeted_prompts],
