@@ -38,8 +38,10 @@ def build(db: Path, batches: int, history: int) -> None:
     per_camera = batches // CAMERAS
     with connect(db) as conn:
         conn.execute(
-            """INSERT INTO detections (detection_id, camera_id, ts, label, confidence, source, line_no, ingested_at, batch_id)
-               SELECT 'old-' || i, 'cam' || (i % $cameras), $t0 - to_seconds(1 + i), 'car', 0.5, 'bench', i, now(), 'old-batch'
+            """INSERT INTO detections
+                 (detection_id, camera_id, ts, label, confidence, source, line_no, ingested_at, batch_id)
+               SELECT 'old-' || i, 'cam' || (i % $cameras), $t0 - to_seconds(1 + i), 'car', 0.5, 'bench', i,
+                      now(), 'old-batch'
                FROM range($history) r(i)""",
             {"cameras": CAMERAS, "t0": T0, "history": history},
         )
@@ -106,13 +108,15 @@ def main() -> None:
     median = statistics.median(times)
     print(f"runs: {', '.join(f'{t:.3f}s' for t in times)}")
     print(
-        f"batch_query_bench: pending_closed_batches over {len(pending)} pending batches ({len(pending) - fast} regular + {fast} "
+        f"batch_query_bench: pending_closed_batches over {len(pending)} pending batches "
+        f"({len(pending) - fast} regular + {fast} "
         f"fast-path, {args.history:,} detections already recorded), median of {args.runs}: {median:.3f}s "
         f"(target <= {TARGET_S:.1f}s: {'met' if median <= TARGET_S else 'NOT met'})"
     )
     tick = statistics.median(ticks)
     print(
-        f"batch_query_bench: batch_window_sensor tick, {len(ticks)} consecutive ticks ({', '.join(f'{t:.2f}s' for t in ticks)}; "
+        f"batch_query_bench: batch_window_sensor tick, {len(ticks)} consecutive ticks "
+        f"({', '.join(f'{t:.2f}s' for t in ticks)}; "
         f"{requested} runs requested): median {tick:.3f}s, max {max(ticks):.3f}s "
         f"(target <= {TARGET_S:.1f}s: {'met' if max(ticks) <= TARGET_S else 'NOT met'})"
     )

@@ -3,7 +3,8 @@
 Run:  .venv/bin/python bench/budget_bench.py [--runs 51] [--detections 110] [--seed 1]
 
 The prompt (~10k cl100k tokens: a busy 90-s batch at quality "full") needs truncation: budget A makes half of
-the removable sections go (5 steps); budget B needs every removal and then shortening of florence + detections. "fit_to_budget (cold)" uses a fresh TokenCounter per run (it encodes the static
+the removable sections go (5 steps); budget B needs every removal and then shortening of florence + detections.
+"fit_to_budget (cold)" uses a fresh TokenCounter per run (it encodes the static
 system prompt too); "warm" reuses one whose only cached count is the static prompt (the steady state: the static
 part is identical for every batch). The naive approach renders and re-encodes the whole prompt after each removal.
 Target: fit_to_budget / one-encode <= 1.3x.
@@ -21,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hsi_dagster.core.budget import FULL_REMOVAL_ORDER, TokenCounter, fit_to_budget, load_encoding  # noqa: E402
-from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, load_camera_profiles  # noqa: E402
 from hsi_dagster.core.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections, render_messages  # noqa: E402
+from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, load_camera_profiles  # noqa: E402
 from hsi_dagster.synthetic.batches import synthetic_batch  # noqa: E402
 
 

@@ -85,7 +85,8 @@ def main() -> None:
             again = ingest_files(db, [path])
             reingest.append(again.elapsed_s)
             print(
-                f"run {run + 1}: {report.loaded} loaded, {report.quarantined} quarantined, {report.files[0].rescued} via the "
+                f"run {run + 1}: {report.loaded} loaded, {report.quarantined} quarantined, "
+                f"{report.files[0].rescued} via the "
                 f"Python validator, {report.elapsed_s:.2f}s (CPU {cpu:.1f}s, load average {os.getloadavg()[0]:.1f}) -> "
                 f"{rate:,.0f} detections/s; re-ingest (all duplicates) {again.elapsed_s:.2f}s, {again.loaded} loaded"
             )

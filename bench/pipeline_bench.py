@@ -9,7 +9,8 @@ Side by side, same server, same concurrency (PARALLEL), same prompts, same max_t
   threads with plain httpx.
 Throughput = assessments per minute; the ratio pipeline / raw is the figure (target >= 0.9). The runs alternate
 (raw, pipeline, raw, ...) and the median of --runs is reported. The pipeline also repairs outputs that do not
-parse (one more request), which the raw round does not: the LLM time of both is reported. Orchestration overhead per batch = run wall time
+parse (one more request), which the raw round does not: the LLM time of both is reported.
+Orchestration overhead per batch = run wall time
 minus the LLM time of its calls (from latency_ms), median over batches, for `hsi process` runs.
 """
 
@@ -124,7 +125,8 @@ def main() -> int:
             prompts = [
                 json.loads(m)
                 for (m,) in conn.execute(
-                    "SELECT messages FROM budgeted_prompts WHERE batch_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY batch_id",
+                    "SELECT messages FROM budgeted_prompts"
+                    " WHERE batch_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY batch_id",
                     [ids],
                 ).fetchall()
             ]

@@ -1,4 +1,7 @@
-"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings (hsi.env and the environment)."""
+"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings.
+
+The settings come from hsi.env and the environment.
+"""
 
 from __future__ import annotations
 

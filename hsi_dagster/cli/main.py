@@ -118,9 +118,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         files = simulate_live(args.inbox, args.rate, args.seconds, args.seed)
         print(f"wrote {len(files)} files into {args.inbox}")
         return 0
-    start = (
-        parse_timestamp(args.start) if args.start else datetime.now(UTC) - timedelta(minutes=args.minutes + 5)
-    )
+    start = parse_timestamp(args.start) if args.start else datetime.now(UTC) - timedelta(minutes=args.minutes + 5)
     count = write_jsonl(
         args.out, simulate(args.seed, start=start, duration_s=args.minutes * 60, events_per_hour=args.events_per_hour)
     )

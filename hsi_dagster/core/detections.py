@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Union
+from typing import Any
 
 MAX_LINE_BYTES = 65536
 RAW_MAX_CHARS = 4096
@@ -81,7 +81,7 @@ class ListOf:
     item: Spec
 
 
-Spec = Union[Leaf, Obj, ListOf]
+Spec = Leaf | Obj | ListOf
 
 
 def _leaves(**fields: str | tuple[str, ...]) -> Obj:
@@ -204,13 +204,17 @@ class _Object(dict):
     """A decoded JSON object that remembers the keys it had more than once (the last copy is kept)."""
 
     __slots__ = ("duplicates",)
+    duplicates: frozenset[str]
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = _Object(pairs)
     if len(result) != len(pairs):
         seen: set[str] = set()
-        result.duplicates = frozenset(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        repeated: set[str] = set()
+        for key, _ in pairs:
+            (repeated if key in seen else seen).add(key)
+        result.duplicates = frozenset(repeated)
     return result
 
 
@@ -280,8 +284,10 @@ def _bbox(value: Any, field: str) -> tuple[float, float, float, float]:
     if not isinstance(value, list) or len(value) != 4:
         raise _Invalid(f"{field}: must be an array [x1, y1, x2, y2], got {_show(value)}")
     names = ("x1", "y1", "x2", "y2")
-    numbers = tuple(_number(v, f"{field}", f"numbers between 0 and 1 ({name})") for v, name in zip(value, names))
-    for number, name in zip(numbers, names):
+    numbers = tuple(
+        _number(v, f"{field}", f"numbers between 0 and 1 ({name})") for v, name in zip(value, names, strict=False)
+    )
+    for number, name in zip(numbers, names, strict=False):
         if not 0.0 <= number <= 1.0:
             raise _Invalid(f"{field}: {name} must be between 0 and 1 (normalised), got {_show(number)}")
     x1, y1, x2, y2 = numbers
@@ -312,12 +318,14 @@ def parse_ts(value: Any, field: str = "ts") -> datetime:
         delta = sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
     if not (TS_MIN.year - 1 <= local.year <= TS_MAX.year):
         raise _Invalid(
-            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}"
+            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), "
+            f"got {_show(value)}"
         )
     utc = (local - delta).replace(tzinfo=UTC)
     if not TS_MIN <= utc < TS_MAX:
         raise _Invalid(
-            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), got {_show(value)}"
+            f"{field}: out of range (must be from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d} UTC), "
+            f"got {_show(value)}"
         )
     return utc
 

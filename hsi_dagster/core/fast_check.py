@@ -56,7 +56,7 @@ _LEAF_TYPES: dict[str, Any] = {
     UNIT: _Unit,
     NONNEG: Annotated[float, Meta(ge=0.0)],  # msgspec refuses NaN, Infinity and numbers that overflow
     BOOL: bool,
-    LIGHTING: Literal[LIGHTING_VALUES],  # type: ignore[valid-type]
+    LIGHTING: Literal[LIGHTING_VALUES],
     BBOX: _BBox,
 }
 
@@ -69,7 +69,7 @@ def _check_bbox_order(self: Any) -> None:
 def _msgspec_type(spec: Spec, name: str) -> Any:
     """Every known field is optional and may be null; absent stays UNSET, so re-encoding writes only what was read."""
     if isinstance(spec, Leaf):
-        return Union[tuple(_LEAF_TYPES[kind] for kind in spec.kinds)]
+        return Union[tuple(_LEAF_TYPES[kind] for kind in spec.kinds)]  # noqa: UP007 (a runtime union of a tuple)
     if isinstance(spec, ListOf):
         return Annotated[list[_msgspec_type(spec.item, name + "_item")], Meta(max_length=MAX_LIST_ITEMS)]  # type: ignore[misc]
     fields = [(key, _msgspec_type(sub, f"{name}_{key}") | None | UnsetType, UNSET) for key, sub in spec.fields.items()]

@@ -1,4 +1,7 @@
-"""Rows of the pipeline stages after batching (contexts, prompts, assessments): one row per batch, replaced on re-run."""
+"""Rows of the pipeline stages after batching (contexts, prompts, assessments).
+
+One row per batch, replaced on re-run.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ def _replace(conn: duckdb.DuckDBPyConnection, table: str, row: dict[str, Any]) -
     table_columns = [
         name
         for (name,) in conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = current_schema()"
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = ? AND table_schema = current_schema()"
             " ORDER BY ordinal_position",
             [table],
         ).fetchall()
@@ -118,7 +122,7 @@ def load_assessment(conn, batch_id: str) -> dict[str, Any] | None:
     """The stored risk_assessments row of a batch, every column as read back (JSON columns still text), or None."""
     cursor = conn.execute("SELECT * FROM risk_assessments WHERE batch_id = ?", [batch_id])
     row = cursor.fetchone()
-    return None if row is None else dict(zip([d[0] for d in cursor.description], row))
+    return None if row is None else dict(zip([d[0] for d in cursor.description], row, strict=False))
 
 
 def count_assessments(conn, batch_id: str) -> int:

@@ -225,7 +225,8 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     """Bring the database to the latest schema version; safe to call any number of times. Returns the version."""
     conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
+        "CREATE TABLE IF NOT EXISTS schema_migrations"
+        " (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
     )
     applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
     for version, name, ddl in MIGRATIONS:

@@ -574,7 +574,8 @@ def _format_ts(start: datetime, offset_s: float, camera: str) -> str:
     local = moment + shift
     minutes = int(shift.total_seconds() // 60)
     sign = "+" if minutes >= 0 else "-"
-    return f"{local:%Y-%m-%dT%H:%M:%S}.{local.microsecond // 1000:03d}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    offset = f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    return f"{local:%Y-%m-%dT%H:%M:%S}.{local.microsecond // 1000:03d}{offset}"
 
 
 def simulate_with_scenarios(

@@ -45,7 +45,9 @@ def _value_for(spec: dict) -> Any:
         return spec["const"]
     if spec.get("enum"):
         return spec["enum"][0]
-    return {"string": "x", "integer": 1, "number": 0.5, "boolean": True, "array": [], "object": {}}.get(spec.get("type"))
+    return {"string": "x", "integer": 1, "number": 0.5, "boolean": True, "array": [], "object": {}}.get(
+        spec.get("type")
+    )
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Pytest plugin: the real embedded llama.cpp server (one per session) and the fault-injecting fake.
 
-Load it with `pytest_plugins = ["tests.support.llm_fixtures"]` in tests/conftest.py (or `-p tests.support.llm_fixtures`).
+Load it with `pytest_plugins = ["tests.support.llm_fixtures"]` in tests/conftest.py
+(or `-p tests.support.llm_fixtures`).
 """
 
 from __future__ import annotations
