@@ -127,9 +127,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_llm_serve(args: argparse.Namespace) -> int:
+    from hsi_dagster.cli.environment import settings_with
     from hsi_dagster.llm.embedded import serve
 
-    serve(_settings(args))
+    port = str(args.port) if args.port is not None else None
+    serve(settings_with(LLM_HOST=args.host, LLM_PORT=port))  # flags over hsi.env/environment
     return 0
 
 
@@ -257,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     llm = sub.add_parser("llm", help="the llama.cpp server").add_subparsers(dest="llm_command", required=True)
     p = llm.add_parser("serve", help="run llama.cpp's server from the xllamacpp wheel on 127.0.0.1:LLM_PORT")
+    p.add_argument("--host", help="address to bind (default LLM_HOST, 127.0.0.1; 0.0.0.0 only inside a container)")
+    p.add_argument("--port", type=int, help="port to bind (default LLM_PORT)")
     p.set_defaults(func=cmd_llm_serve)
     p = llm.add_parser("calibrate", help="cl100k_base estimates vs the served model's exact token counts")
     p.add_argument("--samples", type=int, default=20)
