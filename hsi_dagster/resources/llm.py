@@ -41,7 +41,7 @@ class LlamaServerResource(dg.ConfigurableResource):
     """Schema-constrained chat completions and exact token counts from llama-server."""
 
     urls: list[str] = Field(description="Base URL of each llama-server, in order (LLAMA_SERVER_URL).")
-    api_key: str | None = Field(None, description="Bearer key: dg.EnvVar('LLAMA_API_KEY'), never a plain value.")
+    api_key: str | None = None  # the Bearer key: dg.EnvVar("LLAMA_API_KEY"), never a plain value
     read_timeout_seconds: float = 120
     startup_timeout_seconds: float = 300
     max_output_tokens: int = 1536

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import dagster as dg
 from dagster._core.instance import InstanceRef
+from dagster._core.scheduler.instigation import TickData, TickStatus
 
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.settings import HsiSettings
@@ -29,13 +30,20 @@ BIN = Path(sys.executable).parent
 DEADLINE_S = 240
 
 
+def _outcome(tick: TickData) -> str:
+    if tick.status == TickStatus.SKIPPED:
+        return tick.skip_reason or ""
+    return f"{tick.status.value}: {tick.error.message if tick.error else ''}"
+
+
 def _skip_reasons(home: Path) -> dict[str, list[str]]:
-    """Skip reasons of each sensor's recorded ticks, newest first."""
+    """What each instigator's finished ticks said, newest first (skip reason, or status and error)."""
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         return {
             state.instigator_name: [
-                tick.skip_reason or ""
+                _outcome(tick.tick_data)
                 for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=5)
+                if tick.status != TickStatus.STARTED  # still being evaluated
             ]
             for state in instance.all_instigator_state()
         }
@@ -65,9 +73,9 @@ def test_dagster_dev_sensors_use_exported_values_over_the_settings_file(tmp_path
     env.update(DAGSTER_HOME=str(home), HSI_INBOX_DIR=str(exported_inbox), PYTHONUNBUFFERED="1")
     log_path = tmp_path / "dagster-dev.log"
     command = [str(BIN / "dagster"), "dev", "-m", "hsi_dagster.definitions", "-h", "127.0.0.1", "-p", str(free_port())]
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            command, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
     reasons: dict[str, list[str]] = {}

@@ -80,11 +80,13 @@ def test_build_resources_gives_the_llm_resource_plain_values_and_the_key_only_as
         os.devnull, LLAMA_SERVER_URL="http://a:1/, http://b:2", PARALLEL="4", CTX_SIZE="65536", LLAMA_API_KEY="sk-4711"
     )
     llm = build_resources(settings)["llm"]
+    assert isinstance(llm, LlamaServerResource)
     assert llm.urls == ["http://a:1", "http://b:2"] and llm.routed
     assert (llm.fallback_total_slots, llm.fallback_slot_context) == (4, 16384)
     assert isinstance(llm.api_key, dg.EnvVar) and llm.api_key.env_var_name == "LLAMA_API_KEY"
     assert "sk-4711" not in repr(llm)
     without_key = build_resources(load_settings(os.devnull))["llm"]
+    assert isinstance(without_key, LlamaServerResource)
     assert without_key.api_key is None and without_key.urls == ["http://127.0.0.1:8091"]
 
 
