@@ -49,7 +49,30 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     except IngestError as exc:
         raise UsageError(str(exc)) from None
     print(report.summary())
+    added = register_closed_batches(settings, datetime.now(UTC))
+    if added:
+        print(f"{added} closed batches registered as Dagster partitions (see `hsi batches`)")
     return 0
+
+
+def register_closed_batches(settings, as_of: datetime) -> int:
+    """Add the batches closed as of `as_of` as dynamic partitions, so `dagster asset materialize --partition` and
+    the UI find them right after ingest, not only once the sensor or `hsi process` ran. Returns how many were new."""
+    from hsi_dagster.cli.instance import get_instance
+    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
+    from hsi_dagster.storage.batches import pending_closed_batches
+    from hsi_dagster.storage.db import connect
+
+    with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
+        batch_ids = [b.batch_id for b in pending_closed_batches(conn, BatchRules.from_settings(settings), as_of)]
+    if not batch_ids:
+        return 0
+    instance = get_instance(settings)
+    existing = set(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
+    new = [key for key in batch_ids if key not in existing]
+    instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, new)
+    return len(new)
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
