@@ -699,6 +699,30 @@ def ingest_lags(files: list[StreamFile], data: dict) -> list[float]:
     return lags
 
 
+def llm_slot_waits(table: list[dict], runs: list[dict], lane: str, slots: int) -> dict[str, float]:
+    """Per batch: how long, after its window was visible, all of the lane's LLM slots were busy with other batches
+    (a risk_assessments step between its start and its row). That wait is LLM capacity, not orchestration; a rate
+    the LLM keeps up with has none."""
+    risk_start = {
+        r["partition"]: r["steps"].get("risk_assessments", {}).get("start")
+        for r in runs
+        if r["job"] == "batch_pipeline" and r["status"] == "SUCCESS"
+    }
+    busy = [
+        (row["batch_id"], risk_start[row["batch_id"]], row[lane]["stored_at"])
+        for row in table
+        if row.get(lane) and risk_start.get(row["batch_id"])
+    ]
+    waits = {}
+    for row in table:
+        if not row.get(lane):
+            continue
+        visible = row[lane]["visible_at"]
+        ends = sorted(end for batch_id, start, end in busy if batch_id != row["batch_id"] and start <= visible < end)
+        waits[row["batch_id"]] = ends[len(ends) - slots] - visible if len(ends) >= slots else 0.0
+    return waits
+
+
 def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: str) -> dict[str, list[float]]:
     """Per batch run of the lane: the time spent in each stage, from closes_at to the row."""
     tick_start = {t["id"]: t["start"] for t in ticks}
@@ -1024,8 +1048,15 @@ def main() -> int:
             runs = dagster_runs(lane.home)
             ticks = dagster_ticks(lane.home) if name == "daemon" else []
             lags = ingest_lags(files, data[name])
+            slot_waits = llm_slot_waits(table, runs, name, args.parallel)
+            for row in table:
+                if row.get(name):
+                    row[name]["llm_slot_wait_s"] = slot_waits.get(row["batch_id"], 0.0)
             figures: dict[str, Any] = {
                 "overhead": [r[name]["overhead_s"] for r in table if r.get(name)],
+                "overhead_less_llm_slot_wait": [
+                    r[name]["overhead_s"] - r[name]["llm_slot_wait_s"] for r in table if r.get(name)
+                ],
                 "close_to_stored": [r[name]["close_to_stored_s"] for r in table if r.get(name)],
                 "llm": [r[name]["llm_s"] for r in table if r.get(name)],
                 "ingest_lag": lags,
@@ -1136,7 +1167,7 @@ def report(result: dict[str, Any], lanes: list[str]) -> None:
     print("\nper batch (seconds from the window's close; overhead = close -> stored - LLM):")
     header = f"{'batch':<48} {'reason':<9}"
     for lane in lanes:
-        header += f" | {lane + ' stored':>13} {'LLM':>6} {'overhead':>8}"
+        header += f" | {lane + ' stored':>13} {'LLM':>6} {'overhead':>8} {'slotwait':>8}"
     print(header)
     for row in result["batches"]:
         line = f"{row['batch_id'][:48]:<48} {row['reason']:<9}"
@@ -1144,13 +1175,15 @@ def report(result: dict[str, Any], lanes: list[str]) -> None:
             got = row.get(lane)
             line += (
                 f" | {got['close_to_stored_s']:>13.1f} {got['llm_s']:>6.1f} {got['overhead_s']:>8.1f}"
+                f" {got.get('llm_slot_wait_s', 0.0):>8.1f}"
                 if got
-                else f" | {'missing':>13} {'':>6} {'':>8}"
+                else f" | {'missing':>13} {'':>6} {'':>8} {'':>8}"
             )
         print(line)
     for lane in lanes:
         f = result[lane]
         print(f"\n{lane}: overhead {summary(f['overhead'])}")
+        print(f"{lane}: overhead less waits for a busy LLM slot {summary(f['overhead_less_llm_slot_wait'])}")
         print(f"{lane}: window closed -> row stored {summary(f['close_to_stored'])}; LLM {summary(f['llm'])}")
         print(f"{lane}: ingest lag per file {summary(f['ingest_lag'])}")
         print(f"{lane}: exactly once: {json.dumps(f['exactly_once'])}")
