@@ -181,7 +181,9 @@ def test_timeline_image_in_the_asset_metadata(webserver: Webserver, page: Page, 
     )
     # The summary table renders inline; the image is behind its [Show Markdown] link (long markdown).
     assert page.wait_for(f"{TEXT_NODES}.some(e => e.textContent.trim() === 'daily_summary')")
-    assert page.evaluate("document.body.innerText.includes('not assessed')")
+    assert page.wait_for(  # the table's header row renders a moment after its label
+        "document.body.innerText.includes('not assessed')", what="the daily summary table's header"
+    )
     page.evaluate(f"{TEXT_NODES}.find(e => e.textContent.trim() === '[Show Markdown]').click()")
     size = page.wait_for(
         "(() => { const i = Array.from(document.images).find(i => i.src.startsWith('data:image/png;base64,')"
