@@ -4,21 +4,25 @@ with `hsi process` on the same files, real parts only.
 Run:  flock /tmp/hsi-bench.lock .venv/bin/python bench/live_bench.py --rate 0.5 --seconds 180 [--seed 7]
       [--parallel 2] [--max-tokens 384] [--orchestrator daemon|dev|managed] [--lanes daemon,cli] [--json OUT]
 
-What runs (every process in its own process group, all stopped at the end, also on Ctrl-C or SIGTERM):
-- one embedded llama.cpp server (hsi_dagster.llm.embedded, SmolLM2) with PARALLEL slots per lane, so neither lane
-  waits in its Dagster pool for the other lane's requests (they still share the 2 cores);
-- `hsi simulate --live --inbox INBOX --rate R --seconds S`: one file per second with that second's detections;
+The lanes run one after the other on the same stream, each with the whole machine (two lanes at once on 2 cores
+starve the LLM: requests then outlast the client's read timeout). Every process is in its own process group and
+all are stopped at the end, also on Ctrl-C or SIGTERM.
+- one embedded llama.cpp server (hsi_dagster.llm.embedded, SmolLM2) with PARALLEL slots, shared by the lanes in turn;
+- the stream: the first lane gets `hsi simulate --live --inbox INBOX --rate R --seconds S` (one file per second with
+  that second's detections); the next lane gets the same files again at the same pace with every timestamp shifted
+  to the replay's clock (same detections, same windows);
 - lane "daemon": `dagster code-server start` + `dagster-daemon run` pointed at it, as `dagster dev` starts them (or
   `dagster dev` itself, or a daemon that loads the module itself: --orchestrator) on a temporary DAGSTER_HOME with the
-  repository's dagster.yaml and a temporary DuckDB file, watching INBOX: inbox_sensor -> ingest runs,
+  repository's dagster.yaml and a temporary DuckDB file, watching its inbox: inbox_sensor -> ingest runs,
   batch_window_sensor -> a run per closed window, through the run queue and pools, against the embedded server;
-- lane "cli": the same files ingested by this script into a second DuckDB file as soon as they appear (the library
-  call `hsi ingest` makes), and `hsi process` (a fresh command, its own DAGSTER_HOME) started whenever a window has
+- lane "cli": each file ingested by this script into the lane's DuckDB file as soon as it appears (the library call
+  `hsi ingest` makes), and `hsi process` (a fresh command, its own DAGSTER_HOME) started whenever a window has
   closed (windows computed from the files with hsi_dagster.core.batching), one at a time, as a cron job would.
 
 Per batch: window closed (closes_at; the stream's timestamps are wall-clock time) -> row stored (assessed_at), LLM
-time (latency_ms) and overhead = the difference minus LLM time; per file: ingest lag = ingested_at - the file's
-mtime. Exactly once: every window of the stream has exactly one risk_assessments row and one successful run
+time (latency_ms) and overhead = the difference minus LLM time (also shown less any wait for a free LLM slot, which
+is LLM capacity rather than orchestration: the stated rate should leave none); per file: ingest lag = ingested_at -
+the file's mtime. Exactly once: every window of the stream has exactly one risk_assessments row and one successful run
 (and one risk_assessments materialization) in each lane's Dagster instance, every detection is in one batch.
 Stages from Dagster's event log (daemon lane): window closed -> detections visible -> sensor tick -> run enqueued ->
 RUN_STARTING (dequeued and launched) -> run process started -> RUN_START -> each step -> row stored. DuckDB lock
@@ -48,7 +52,7 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,22 +117,49 @@ class Processes:
     @staticmethod
     def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
         """SIGTERM the process group (a daemon's code server and run processes, `hsi process` workers), then
-        SIGKILL whatever is left of the group."""
+        SIGKILL whatever is left of the group and of the process's descendants (in any group)."""
+        family = descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout)
+        family |= descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # children that outlive their leader
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(5)
+
+    def stop_all_started(self) -> None:
+        """Stop every process started so far (latest first); later starts are still allowed."""
+        with self._lock:
+            procs, self._procs = list(reversed(self._procs)), []
+        for _, proc in procs:
+            self.stop(proc)
 
     def stop_all(self) -> None:
         with self._lock:
             self.closing = True
-            procs = list(reversed(self._procs))
-        for _, proc in procs:
-            self.stop(proc)
+        self.stop_all_started()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of pid (from /proc), whatever its process group."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 class LoadSampler(threading.Thread):
@@ -305,6 +336,8 @@ class Lane:
         shutil.copy(ROOT / "dagster.yaml", self.home / "dagster.yaml")
         self.db = work / f"{name}.duckdb"
         self.lock_log = work / f"{name}_locks.log"
+        self.inbox = inbox
+        inbox.mkdir(exist_ok=True)
         self.env = {
             **base_env,
             "DAGSTER_HOME": str(self.home),
@@ -661,29 +694,40 @@ def micro(env: dict[str, str], work: Path, url: str) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------------- analysis
-def batch_table(expected: list, lanes: dict[str, dict]) -> list[dict]:
+def batch_key(batch) -> tuple[str, str]:
+    """The same window in every lane: camera and first detection id (a replay shifts only the timestamps)."""
+    return batch.camera_id, batch.detection_ids[0]
+
+
+def batch_table(expected: dict[str, list], lanes: dict[str, dict]) -> list[dict]:
+    """One row per window of the stream, with each lane's batch id, close time, row and figures."""
+    first = next(iter(expected))
+    by_key = {name: {batch_key(b): b for b in batches} for name, batches in expected.items()}
     rows = []
-    for batch in expected:
+    for batch in expected[first]:
+        key = batch_key(batch)
         row: dict[str, Any] = {
             "batch_id": batch.batch_id,
             "camera": batch.camera_id,
             "reason": batch.close_reason,
-            "closes_at": batch.closes_at.timestamp(),
             "detections": len(batch.detection_ids),
         }
         for name, data in lanes.items():
-            stored = data["assessments"].get(batch.batch_id)
-            recorded = data["batches"].get(batch.batch_id)
-            if stored is None:
+            mine = by_key[name].get(key)
+            stored = data["assessments"].get(mine.batch_id) if mine else None
+            if mine is None or stored is None:
                 row[name] = None
                 continue
-            total = stored["stored_at"] - row["closes_at"]
-            visible = max(row["closes_at"], (recorded or {}).get("last_ingested_at") or row["closes_at"])
+            recorded = data["batches"].get(mine.batch_id) or {}
+            closes = mine.closes_at.timestamp()
+            total = stored["stored_at"] - closes
             row[name] = {
+                "batch_id": mine.batch_id,
+                "closes_at": closes,
                 "close_to_stored_s": total,
                 "llm_s": stored["latency_s"],
                 "overhead_s": total - stored["latency_s"],
-                "visible_at": visible,
+                "visible_at": max(closes, recorded.get("last_ingested_at") or closes),
                 "stored_at": stored["stored_at"],
                 "status": stored["status"],
             }
@@ -700,26 +744,29 @@ def ingest_lags(files: list[StreamFile], data: dict) -> list[float]:
 
 
 def llm_slot_waits(table: list[dict], runs: list[dict], lane: str, slots: int) -> dict[str, float]:
-    """Per batch: how long, after its window was visible, all of the lane's LLM slots were busy with other batches
-    (a risk_assessments step between its start and its row). That wait is LLM capacity, not orchestration; a rate
-    the LLM keeps up with has none."""
-    risk_start = {
-        r["partition"]: r["steps"].get("risk_assessments", {}).get("start")
-        for r in runs
-        if r["job"] == "batch_pipeline" and r["status"] == "SUCCESS"
+    """Per batch: of the time between its run being ready (queued for the daemon, window visible for the cli lane)
+    and starting, the part during which every llama_slots slot was held by other batches' runs (pools have run
+    granularity: a run holds its slot from launch to end; `hsi process` runs PARALLEL at a time). That part is
+    capacity (LLM time and the other runs' overhead), not this batch's orchestration."""
+    ok = {r["partition"]: r for r in runs if r["job"] == "batch_pipeline" and r["status"] == "SUCCESS"}
+    held: dict[str, tuple[float, float]] = {
+        key: (r.get("starting") or r["run_start"], r["run_end"])
+        for key, r in ok.items()
+        if (r.get("starting") or r.get("run_start")) and r.get("run_end")
     }
-    busy = [
-        (row["batch_id"], risk_start[row["batch_id"]], row[lane]["stored_at"])
-        for row in table
-        if row.get(lane) and risk_start.get(row["batch_id"])
-    ]
     waits = {}
-    for row in table:
-        if not row.get(lane):
+    for g in (row[lane] for row in table if row.get(lane)):
+        run = ok.get(g["batch_id"])
+        if run is None or g["batch_id"] not in held:
             continue
-        visible = row[lane]["visible_at"]
-        ends = sorted(end for batch_id, start, end in busy if batch_id != row["batch_id"] and start <= visible < end)
-        waits[row["batch_id"]] = ends[len(ends) - slots] - visible if len(ends) >= slots else 0.0
+        ready, began = run.get("enqueued") or g["visible_at"], held[g["batch_id"]][0]
+        others = [v for k, v in held.items() if k != g["batch_id"]]
+        cuts = sorted({ready, began, *(t for span in others for t in span if ready < t < began)})
+        waits[g["batch_id"]] = sum(
+            b - a
+            for a, b in zip(cuts, cuts[1:], strict=False)
+            if sum(1 for start, end in others if start <= (a + b) / 2 < end) >= slots
+        )
     return waits
 
 
@@ -739,12 +786,13 @@ def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: 
 
     for row in table:
         got = row.get(lane)
-        candidates = [r for r in by_partition.get(row["batch_id"], []) if r["status"] == "SUCCESS"]
+        candidates = [r for r in by_partition.get(got["batch_id"], []) if r["status"] == "SUCCESS"] if got else []
         if not got or not candidates:
             continue
         run = candidates[0]
         tick = tick_of_run.get(run["run_id"]) or (tick_start.get(int(run["tick"])) if run.get("tick") else None)
-        add("window closed -> detections visible (ingest)", row["closes_at"], got["visible_at"])
+        add("window closed -> sensor tick that requested the run", got["closes_at"], tick)
+        add("window closed -> detections visible (ingest)", got["closes_at"], got["visible_at"])
         add("visible -> sensor tick", got["visible_at"], tick)
         add("sensor tick -> run enqueued", tick, run.get("enqueued") or run["created"])
         add("enqueued -> RUN_STARTING (queue, pools)", run.get("enqueued") or run["created"], run.get("starting"))
@@ -817,12 +865,13 @@ def cli_stages(table: list[dict], runs: list[dict], invocations: list[dict]) -> 
             stages.setdefault(name, []).append(b - a)
 
     for row in table:
-        got, run = row.get("cli"), by_partition.get(row["batch_id"])
+        got = row.get("cli")
+        run = by_partition.get(got["batch_id"]) if got else None
         if not got or not run:
             continue
-        invocation = next((i for i in invocations if row["batch_id"] in i["batches"]), None)
+        invocation = next((i for i in invocations if got["batch_id"] in i["batches"]), None)
         start = invocation["start"] if invocation else None
-        add("window closed -> detections visible (ingest)", row["closes_at"], got["visible_at"])
+        add("window closed -> detections visible (ingest)", got["closes_at"], got["visible_at"])
         add("visible -> `hsi process` started", got["visible_at"], start)
         add("`hsi process` started -> RUN_START", start, run.get("run_start"))
         first = min((s["start"] for s in run["steps"].values() if "start" in s), default=None)
@@ -848,6 +897,11 @@ def exactly_once(expected: list, data: dict, runs: list[dict], materializations:
     return {
         "missing_batches": sorted(expected_ids - recorded),
         "extra_batches": sorted(recorded - expected_ids),
+        "windows_with_other_detections": sorted(
+            b.batch_id
+            for b in expected
+            if b.batch_id in data["batches"] and data["batches"][b.batch_id]["detections"] != len(b.detection_ids)
+        ),
         "unassessed": sorted(expected_ids - assessed),
         "batches_with_late_detections": sorted(b for b, v in data["batches"].items() if v["has_late"]),
         "detections": data["detections"],
@@ -879,6 +933,161 @@ def sensor_figures(ticks: list[dict]) -> dict[str, dict]:
 
 
 # ------------------------------------------------------------------------------------------------------------ main
+def replay(files: list[StreamFile], inbox: Path) -> None:
+    """Write the first lane's stream again, file by file at the same pace, every timestamp shifted so the windows
+    close in real time again (same detection ids, cameras, labels and gaps: the same windows)."""
+    from hsi_dagster.synthetic.streams import write_jsonl
+
+    def index(f: StreamFile) -> int:  # live-<seed>-<stamp>-<k>.jsonl is written at the stream's t0 + k + 1
+        return int(f.path.name.rsplit("-", 1)[1].split(".")[0])
+
+    orig_t0 = statistics.median(f.mtime - (index(f) + 1) for f in files)
+    new_t0 = time.time() + 1.0
+    shift = timedelta(seconds=round(new_t0 - orig_t0, 3))
+
+    def shifted(record: dict) -> dict:
+        ts = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")) + shift
+        text = (
+            ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+            if record["ts"].endswith("Z")
+            else ts.isoformat(timespec="milliseconds")
+        )
+        return {**record, "ts": text}
+
+    for f in files:
+        wait = new_t0 + index(f) + 1 - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        write_jsonl(inbox / f.path.name, [shifted(r) for r in f.records])
+
+
+@dataclass
+class LaneResult:
+    files: list[StreamFile]
+    expected: list
+    data: dict
+    runs: list[dict]
+    ticks: list[dict]
+    invocations: list[dict]
+    load: dict[str, float]
+    stream_start: float
+    stream_end: float
+
+
+def run_lane(
+    name: str,
+    lane: Lane,
+    args: argparse.Namespace,
+    work: Path,
+    procs: Processes,
+    log,
+    sampler: LoadSampler,
+    source: list[StreamFile] | None,
+) -> LaneResult:
+    """One lane from start to finish: its orchestration up, the stream (live from `hsi simulate`, or a replay of
+    `source`), every window assessed, its orchestration down; then its records."""
+    lane.apply_pool_limits()
+    daemon = cli_thread = None
+    if name == "daemon":
+        daemon = start_orchestrator(args.orchestrator, lane, work, procs, log)
+        wait_for_sensors(work / "processes.log", daemon, ("batch_window_sensor", "inbox_sensor"))
+    else:
+        cli_thread = CliLane(lane, lane.inbox, procs, log)
+        cli_thread.start()
+    load = load_average()
+    stream_start = time.time()
+    print(f"{name}: stream ({'replay' if source else 'hsi simulate --live'}); load {load:.2f}", flush=True)
+    if source is None:
+        argv = [str(BIN / "hsi"), "simulate", "--live", "--inbox", str(lane.inbox), "--rate", str(args.rate),
+                "--seconds", str(args.seconds), "--seed", str(args.seed)]  # fmt: skip
+        simulator = procs.start("hsi simulate", argv, env=lane.env, cwd=work, log=log)
+        simulator.wait(timeout=args.seconds + 120)
+        if simulator.returncode != 0:
+            raise RuntimeError(f"hsi simulate exited with {simulator.returncode} (see {work / 'processes.log'})")
+    else:
+        replay(source, lane.inbox)
+    stream_end = time.time()
+    files = read_stream(lane.inbox)
+    refs = refs_of([r for f in files for r in f.records])
+    from hsi_dagster.core.batching import assign_batches
+
+    expected = assign_batches(refs, batch_rules())
+    last_close = max(b.closes_at.timestamp() for b in expected)
+    print(
+        f"{name}: stream done: {len(files)} files, {len(refs)} detections, {len(expected)} windows "
+        f"(last closes {last_close - stream_end:+.0f}s from now)",
+        flush=True,
+    )
+    time.sleep(max(0.0, last_close - time.time()) + 1.0)
+
+    def alive() -> str | None:
+        if daemon is not None and daemon.poll() is not None:
+            return f"{args.orchestrator} exited with {daemon.returncode} (see {work / 'processes.log'})"
+        if daemon is not None and failed_runs(lane.home) >= 3:
+            return f"3 or more failed runs in the daemon lane (see {work / 'processes.log'})"
+        if cli_thread is not None and cli_thread.error is not None:
+            return f"cli lane failed: {cli_thread.error!r}"
+        return None
+
+    wait_until_done([lane], len(refs), args.settle_timeout, alive)
+    done_at = time.time()
+    print(f"{name}: done {done_at - last_close:.0f}s after the last window closed", flush=True)
+    if daemon is not None:
+        procs.stop(daemon)
+    if cli_thread is not None:
+        cli_thread.stop_event.set()
+        cli_thread.join(timeout=60)
+    procs.stop_all_started()
+    return LaneResult(
+        files=files,
+        expected=expected,
+        data=lane.rows(),
+        runs=dagster_runs(lane.home),
+        ticks=dagster_ticks(lane.home) if name == "daemon" else [],
+        invocations=cli_thread.invocations if cli_thread else [],
+        load={"at_stream_start": load, **sampler.between(stream_start, done_at)},
+        stream_start=stream_start,
+        stream_end=stream_end,
+    )
+
+
+def lane_figures(name: str, lane: Lane, res: LaneResult, table: list[dict], parallel: int) -> dict[str, Any]:
+    slot_waits = llm_slot_waits(table, res.runs, name, parallel)
+    for row in table:
+        if row.get(name):
+            row[name]["llm_slot_wait_s"] = slot_waits.get(row[name]["batch_id"], 0.0)
+    mine = [r[name] for r in table if r.get(name)]
+    figures: dict[str, Any] = {
+        "load": res.load,
+        "stream": {
+            "files": len(res.files),
+            "detections": sum(len(f.records) for f in res.files),
+            "windows": len(res.expected),
+            "fast_path_windows": sum(b.is_fast_path for b in res.expected),
+            "seconds": res.stream_end - res.stream_start,
+        },
+        "overhead": [g["overhead_s"] for g in mine],
+        "overhead_less_llm_slot_wait": [g["overhead_s"] - g["llm_slot_wait_s"] for g in mine],
+        "close_to_stored": [g["close_to_stored_s"] for g in mine],
+        "llm": [g["llm_s"] for g in mine],
+        "ingest_lag": ingest_lags(res.files, res.data),
+        "exactly_once": exactly_once(res.expected, res.data, res.runs, risk_materializations(lane.home)),
+        "lock_waits": read_lock_log(lane.lock_log),
+    }
+    if name == "daemon":
+        figures["stages"] = daemon_stages(table, res.runs, res.ticks, name)
+        figures["ingest_stages"] = ingest_stages(res.files, res.data, res.runs, res.ticks)
+        figures["sensors"] = sensor_figures(res.ticks)
+        figures["runs"] = {
+            job: sum(1 for r in res.runs if r["job"] == job) for job in sorted({r["job"] for r in res.runs})
+        }
+    else:
+        figures["stages"] = cli_stages(table, res.runs, res.invocations)
+        figures["hsi_process_invocations"] = res.invocations
+        figures["runs"] = {"batch_pipeline": sum(1 for r in res.runs if r["job"] == "batch_pipeline")}
+    return figures
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -888,7 +1097,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=0.5, help="detections per second of the live stream")
     parser.add_argument("--seconds", type=float, default=180.0, help="length of the live stream")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--parallel", type=int, default=2, help="PARALLEL of each lane (server slots per lane)")
+    parser.add_argument("--parallel", type=int, default=2, help="PARALLEL: server slots, llama_slots pool")
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument(
         "--orchestrator",
@@ -898,23 +1107,20 @@ def main() -> int:
         "them, without the webserver); dev: `dagster dev`; managed: `dagster-daemon run` loading the module itself "
         "(it restarts its code server every 60 s)",
     )
-    parser.add_argument("--lanes", default="daemon,cli", help="daemon, cli or both (comma-separated)")
+    parser.add_argument("--lanes", default="daemon,cli", help="daemon, cli or both, in the order they run")
     parser.add_argument("--settle-timeout", type=float, default=900.0, help="after the last window closes")
     parser.add_argument("--no-micro", action="store_true", help="skip the import/spawn/probe figures")
     parser.add_argument("--json", type=Path, help="write every figure and the per-batch table here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, databases, homes)")
     args = parser.parse_args()
-    lanes_wanted = [x.strip() for x in args.lanes.split(",") if x.strip()]
+    lanes_wanted = list(dict.fromkeys(x.strip() for x in args.lanes.split(",") if x.strip()))
     if not lanes_wanted or set(lanes_wanted) - {"daemon", "cli"}:
-        parser.error("--lanes takes daemon, cli or daemon,cli")
+        parser.error("--lanes takes daemon, cli, daemon,cli or cli,daemon")
 
     work = Path(tempfile.mkdtemp(prefix="hsi-live-bench-"))
-    inbox = work / "inbox"
-    inbox.mkdir()
     trace = work / "trace"
     trace.mkdir()
     (trace / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    slots = args.parallel * len(lanes_wanted)
     base_env = {
         **os.environ,
         "HSI_ENV_FILE": os.devnull,  # never the repository's .env
@@ -941,155 +1147,50 @@ def main() -> int:
     sampler = LoadSampler()
     sampler.start()
     server = None
-    cli_thread: CliLane | None = None
-    lanes: dict[str, Lane] = {}
     log = open(work / "processes.log", "w")  # noqa: SIM115 - shared by every process started, closed in finally
     result: dict[str, Any] = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "load_at_start": load_average(),
         "started": datetime.now(UTC).isoformat(),
     }
+    lanes: dict[str, Lane] = {}
+    results: dict[str, LaneResult] = {}
     try:
         server = EmbeddedServerProcess(
-            {"PARALLEL": slots, "CTX_SIZE": SLOT_CONTEXT * slots}, log_path=str(work / "llama.log")
+            {"PARALLEL": args.parallel, "CTX_SIZE": SLOT_CONTEXT * args.parallel}, log_path=str(work / "llama.log")
         ).start()
         base_env["LLAMA_SERVER_URL"] = os.environ["LLAMA_SERVER_URL"] = server.url
-        print(f"work dir {work}; llama.cpp server {server.url} with {slots} slots; load {load_average():.2f}")
+        print(f"work dir {work}; llama.cpp server {server.url} with {args.parallel} slots; load {load_average():.2f}")
         if not args.no_micro:
             result["micro"] = micro({**base_env, "DAGSTER_HOME": str(work)}, work, server.url)
             print("micro:", json.dumps(result["micro"]), flush=True)
-
-        daemon = None
-        if "daemon" in lanes_wanted:
-            lane = lanes["daemon"] = Lane("daemon", work, base_env, inbox)
-            lane.apply_pool_limits()
-            daemon = start_orchestrator(args.orchestrator, lane, work, procs, log)
-            wait_for_sensors(work / "processes.log", daemon, ("batch_window_sensor", "inbox_sensor"))
-        if "cli" in lanes_wanted:
-            lanes["cli"] = Lane("cli", work, base_env, inbox)
-            lanes["cli"].apply_pool_limits()
-            cli_thread = CliLane(lanes["cli"], inbox, procs, log)
-            cli_thread.start()
-
-        result["load_at_stream_start"] = load_average()
-        stream_start = time.time()
-        print(
-            f"stream: {args.rate}/s for {args.seconds:.0f}s (seed {args.seed}); load {load_average():.2f}", flush=True
+        source: list[StreamFile] | None = None
+        for name in lanes_wanted:
+            lanes[name] = Lane(name, work, base_env, work / f"{name}_inbox")
+            results[name] = run_lane(name, lanes[name], args, work, procs, log, sampler, source)
+            source = source or results[name].files
+        table = batch_table(
+            {name: res.expected for name, res in results.items()}, {n: r.data for n, r in results.items()}
         )
-        simulator = procs.start(
-            "hsi simulate",
-            [
-                str(BIN / "hsi"),
-                "simulate",
-                "--live",
-                "--inbox",
-                str(inbox),
-                "--rate",
-                str(args.rate),
-                "--seconds",
-                str(args.seconds),
-                "--seed",
-                str(args.seed),
-            ],
-            env={**base_env, "DAGSTER_HOME": str(work)},
-            cwd=work,
-            log=log,
-        )
-        simulator.wait(timeout=args.seconds + 120)
-        if simulator.returncode != 0:
-            raise RuntimeError(f"hsi simulate exited with {simulator.returncode} (see {work / 'processes.log'})")
-        stream_end = time.time()
-        files = read_stream(inbox)
-        refs = refs_of([r for f in files for r in f.records])
-        from hsi_dagster.core.batching import assign_batches
-
-        expected = assign_batches(refs, batch_rules())
-        last_close = max(b.closes_at.timestamp() for b in expected)
-        print(
-            f"stream done: {len(files)} files, {len(refs)} detections, {len(expected)} windows "
-            f"(last closes {last_close - stream_end:+.0f}s from now)",
-            flush=True,
-        )
-        time.sleep(max(0.0, last_close - time.time()) + 1.0)
-
-        def alive() -> str | None:
-            if daemon is not None and daemon.poll() is not None:
-                return f"{args.orchestrator} exited with {daemon.returncode} (see {work / 'processes.log'})"
-            if "daemon" in lanes:
-                failed = failed_runs(lanes["daemon"].home)
-                if failed >= 3:
-                    return f"{failed} failed runs in the daemon lane (see {work / 'processes.log'})"
-            if cli_thread is not None and cli_thread.error is not None:
-                return f"cli lane failed: {cli_thread.error!r}"
-            return None
-
-        wait_until_done(list(lanes.values()), len(refs), args.settle_timeout, alive)
-        done_at = time.time()
-        print(f"all lanes done {done_at - last_close:.0f}s after the last window closed", flush=True)
-        if daemon is not None:
-            Processes.stop(daemon)
-        if cli_thread is not None:
-            cli_thread.stop_event.set()
-            cli_thread.join(timeout=60)
-
-        result["stream"] = {
-            "files": len(files),
-            "detections": len(refs),
-            "windows": len(expected),
-            "fast_path_windows": sum(b.is_fast_path for b in expected),
-            "start": stream_start,
-            "end": stream_end,
-        }
-        result["load_during_stream"] = sampler.between(stream_start, done_at)
-        data = {name: lane.rows() for name, lane in lanes.items()}
-        table = batch_table(expected, data)
         result["batches"] = table
-        for name, lane in lanes.items():
-            runs = dagster_runs(lane.home)
-            ticks = dagster_ticks(lane.home) if name == "daemon" else []
-            lags = ingest_lags(files, data[name])
-            slot_waits = llm_slot_waits(table, runs, name, args.parallel)
-            for row in table:
-                if row.get(name):
-                    row[name]["llm_slot_wait_s"] = slot_waits.get(row["batch_id"], 0.0)
-            figures: dict[str, Any] = {
-                "overhead": [r[name]["overhead_s"] for r in table if r.get(name)],
-                "overhead_less_llm_slot_wait": [
-                    r[name]["overhead_s"] - r[name]["llm_slot_wait_s"] for r in table if r.get(name)
-                ],
-                "close_to_stored": [r[name]["close_to_stored_s"] for r in table if r.get(name)],
-                "llm": [r[name]["llm_s"] for r in table if r.get(name)],
-                "ingest_lag": lags,
-                "exactly_once": exactly_once(expected, data[name], runs, risk_materializations(lane.home)),
-                "lock_waits": read_lock_log(lane.lock_log),
-            }
-            if name == "daemon":
-                figures["stages"] = daemon_stages(table, runs, ticks, name)
-                figures["ingest_stages"] = ingest_stages(files, data[name], runs, ticks)
-                figures["sensors"] = sensor_figures(ticks)
-                figures["runs"] = {
-                    job: sum(1 for r in runs if r["job"] == job) for job in sorted({r["job"] for r in runs})
-                }
-            else:
-                assert cli_thread is not None
-                figures["stages"] = cli_stages(table, runs, cli_thread.invocations)
-                figures["hsi_process_invocations"] = cli_thread.invocations
-                figures["runs"] = {"batch_pipeline": sum(1 for r in runs if r["job"] == "batch_pipeline")}
-            result[name] = figures
+        for name, res in results.items():
+            result[name] = lane_figures(name, lanes[name], res, table, args.parallel)
+        result["complete"] = True
     finally:
-        if cli_thread is not None:
-            cli_thread.stop_event.set()
+        # A second Ctrl-C or SIGTERM must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         procs.stop_all()
         if server is not None:
             server.stop()
         sampler.stop_event.set()
         log.close()
-        if args.json and "stream" in result:
+        if args.json and result.get("complete"):
             args.json.write_text(json.dumps(result, indent=1, default=str))
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
-    report(result, list(lanes))
+    report(result, list(results))
     return 0
 
 
@@ -1158,12 +1259,13 @@ def wait_for_sensors(log_file: Path, daemon: subprocess.Popen, names: tuple[str,
 
 
 def report(result: dict[str, Any], lanes: list[str]) -> None:
-    stream = result["stream"]
-    print(
-        f"\nstream: {stream['files']} files, {stream['detections']} detections, {stream['windows']} windows "
-        f"({stream['fast_path_windows']} fast-path) in {stream['end'] - stream['start']:.0f}s; "
-        f"load at start {result['load_at_stream_start']:.2f}, during the run {result['load_during_stream']}"
-    )
+    for lane in lanes:
+        stream = result[lane]["stream"]
+        print(
+            f"\n{lane}: stream of {stream['files']} files, {stream['detections']} detections, {stream['windows']} "
+            f"windows ({stream['fast_path_windows']} fast-path) in {stream['seconds']:.0f}s; "
+            f"load {result[lane]['load']}"
+        )
     print("\nper batch (seconds from the window's close; overhead = close -> stored - LLM):")
     header = f"{'batch':<48} {'reason':<9}"
     for lane in lanes:
