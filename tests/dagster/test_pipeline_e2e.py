@@ -12,29 +12,13 @@ from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.ingest import ingest_lines
+from tests.support.contract import CONTRACT_COLUMNS as CONTRACT_TABLES
 from tests.support.llm_fixtures import SERVER_SETTINGS, start_embedded
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
 
 pytestmark = pytest.mark.llm
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
-CONTRACT_COLUMNS = [
-    "batch_id",
-    "camera_id",
-    "risk_score",
-    "risk_level",
-    "summary",
-    "reasoning",
-    "status",
-    "model",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "context_budget",
-    "context_utilization",
-    "sections_removed",
-    "latency_ms",
-    "assessed_at",
-]
+ASSESSMENT_COLUMNS = CONTRACT_TABLES["risk_assessments"]
 LEVELS = {"low": range(0, 30), "medium": range(30, 60), "high": range(60, 85), "critical": range(85, 101)}
 
 
@@ -77,10 +61,10 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
             assert checks["prompt_fits_budget"] and checks["stored_assessment_valid"] and checks["prompt_within_budget"]
         assert sensor_tick(batch_window_sensor, instance, res, tick.cursor).run_requests == []
 
-        stored = rows(db, f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM risk_assessments ORDER BY batch_id")
+        stored = rows(db, f"SELECT {', '.join(ASSESSMENT_COLUMNS)} FROM risk_assessments ORDER BY batch_id")
         assert sorted(r[0] for r in stored) == sorted(r.partition_key for r in tick.run_requests)
         for row in stored:
-            record = dict(zip(CONTRACT_COLUMNS, row, strict=True))
+            record = dict(zip(ASSESSMENT_COLUMNS, row, strict=True))
             assert record["status"] in ("ok", "invalid_output")
             for column in (
                 "camera_id",

@@ -23,61 +23,8 @@ from hsi_dagster.storage.pipeline_tables import (
     save_prompt,
     unassessed_batches,
 )
+from tests.support.contract import CONTRACT_COLUMNS
 
-# Contract section 3, written out from the contract text.
-CONTRACT_COLUMNS: dict[str, set[str]] = {
-    "detections": {
-        "detection_id",
-        "camera_id",
-        "ts",
-        "label",
-        "confidence",
-        "bbox",
-        "track_id",
-        "zone",
-        "enrichment",
-        "ingested_at",
-        "batch_id",
-    },
-    "quarantine": {"source", "line_no", "raw", "reason", "received_at"},
-    "detection_batches": {
-        "batch_id",
-        "camera_id",
-        "started_at",
-        "last_ts",
-        "closes_at",
-        "close_reason",
-        "detection_count",
-    },
-    "enriched_contexts": {"batch_id", "context", "quality_level", "missing_enrichment", "created_at"},
-    "budgeted_prompts": {
-        "batch_id",
-        "messages",
-        "prompt_tokens_estimate",
-        "context_budget",
-        "budget_source",
-        "sections_removed",
-        "created_at",
-    },
-    "risk_assessments": {
-        "batch_id",
-        "camera_id",
-        "risk_score",
-        "risk_level",
-        "summary",
-        "reasoning",
-        "status",
-        "model",
-        "prompt_tokens",
-        "completion_tokens",
-        "cached_tokens",
-        "context_budget",
-        "context_utilization",
-        "sections_removed",
-        "latency_ms",
-        "assessed_at",
-    },
-}
 # Columns the contract calls JSON.
 CONTRACT_JSON_COLUMNS = {
     ("detections", "enrichment"),
@@ -175,7 +122,7 @@ def test_every_contract_table_and_column_exists(tmp_path: Path) -> None:
         tables = _columns(conn)
     for table, columns in CONTRACT_COLUMNS.items():
         assert table in tables, f"table {table} missing"
-        assert columns - set(tables[table]) == set(), f"{table} lacks contract columns"
+        assert set(columns) - set(tables[table]) == set(), f"{table} lacks contract columns"
     for table, column in CONTRACT_JSON_COLUMNS:
         assert tables[table][column] == "JSON", f"{table}.{column} should be JSON, is {tables[table][column]}"
 
