@@ -84,7 +84,6 @@ def main() -> int:
             "HSI_DUCKDB_PATH": db,
             "CTX_SIZE": str(4096 * args.parallel),
             "PARALLEL": str(args.parallel),
-            "ANALYSIS_WORKER_COUNT": str(args.parallel),
             "THREADS": "2",
             "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens),
             "PROMPT_SAFETY_MARGIN_TOKENS": "256",

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hsi_dagster.llm.gguf import read_metadata
+from hsi_dagster.llm.options import LlamaServerOptions
 from hsi_dagster.llm.planner import Plan, PlanInputs, format_bytes, plan_from_metadata
 
 
@@ -54,7 +55,8 @@ def run_plan(args: argparse.Namespace) -> int:
         print("error: --gpu-mem-gib must be positive", file=sys.stderr)
         return 2
     try:
-        plan = plan_from_metadata(meta, PlanInputs.from_settings(settings, gpu_mem_gib=args.gpu_mem_gib))
+        options = LlamaServerOptions.from_settings(settings, model_path=model)
+        plan = plan_from_metadata(meta, PlanInputs.from_options(options, gpu_mem_gib=args.gpu_mem_gib))
     except SettingsError as exc:  # e.g. OVERRIDE_TENSOR that does not parse (OptionError)
         print(f"error: {exc}", file=sys.stderr)
         return 2

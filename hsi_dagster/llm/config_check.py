@@ -87,7 +87,8 @@ def _cache_types(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
             )
         )
     elif meta.recurrent_layers:
-        inputs = replace(PlanInputs.from_settings(settings), override_tensor=None)  # placement: no effect on totals
+        # Tensor placement has no effect on the totals, and a bad OVERRIDE_TENSOR is _refused's finding.
+        inputs = PlanInputs.from_options(LlamaServerOptions.from_settings(settings, override_tensor=()))
         quant = plan_from_metadata(meta, inputs)
         full = plan_from_metadata(meta, replace(inputs, cache_type_k="f16", cache_type_v="f16"))
         saved = full.kv_bytes - quant.kv_bytes

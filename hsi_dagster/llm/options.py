@@ -98,9 +98,17 @@ class LlamaServerOptions:
 
     @classmethod
     def from_settings(
-        cls, settings: HsiSettings, *, model_path: Path | None = None, host: str | None = None
+        cls,
+        settings: HsiSettings,
+        *,
+        model_path: Path | None = None,
+        host: str | None = None,
+        override_tensor: tuple[TensorOverride, ...] | None = None,
     ) -> LlamaServerOptions:
-        """The options `settings` give; OptionError names OVERRIDE_TENSOR when it does not parse."""
+        """The options `settings` give; OptionError names OVERRIDE_TENSOR when it does not parse (pass
+        `override_tensor` to set the placement instead of parsing it)."""
+        if override_tensor is None:
+            override_tensor = parse_override_tensor(settings.OVERRIDE_TENSOR) if settings.OVERRIDE_TENSOR else ()
         return cls(
             model_path=model_path or settings.model_file,
             host=host or settings.LLM_HOST,
@@ -117,7 +125,7 @@ class LlamaServerOptions:
             api_key=settings.api_key,
             mlock=settings.MLOCK,
             n_cpu_moe=settings.N_CPU_MOE,
-            override_tensor=parse_override_tensor(settings.OVERRIDE_TENSOR) if settings.OVERRIDE_TENSOR else (),
+            override_tensor=override_tensor,
             draft_model_path=settings.DRAFT_MODEL_PATH,
             alias=settings.MODEL_ALIAS,
         )

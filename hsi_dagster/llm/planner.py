@@ -35,7 +35,8 @@ from typing import Any
 import gguf
 
 from hsi_dagster.llm.gguf import ModelMetadata
-from hsi_dagster.llm.options import TensorOverride, parse_override_tensor
+from hsi_dagster.llm.options import LlamaServerOptions, TensorOverride
+from hsi_dagster.settings import GpuLayers
 
 MIB = 1024**2
 GIB = 1024**3
@@ -102,9 +103,9 @@ class PlanInputs:
     parallel: int = 2
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
-    gpu_layers: str = "auto"
+    gpu_layers: GpuLayers = "auto"
     n_cpu_moe: int | None = None
-    override_tensor: str | None = None
+    override_tensor: tuple[TensorOverride, ...] = ()
     flash_attention: bool = True
     batch_size: int = 2048
     gpu_mem_gib: float | None = None
@@ -113,18 +114,18 @@ class PlanInputs:
     cuda_overhead_mib: int = DEFAULT_CUDA_OVERHEAD_MIB
 
     @classmethod
-    def from_settings(cls, settings: Any, *, gpu_mem_gib: float | None = None) -> PlanInputs:
-        """From HsiSettings (or anything with the same variable names)."""
+    def from_options(cls, options: LlamaServerOptions, *, gpu_mem_gib: float | None = None) -> PlanInputs:
+        """From the parsed server options, so the plan and the server read every llama setting the same way."""
         return cls(
-            ctx_size=settings.CTX_SIZE,
-            parallel=settings.PARALLEL,
-            cache_type_k=settings.CACHE_TYPE_K,
-            cache_type_v=settings.CACHE_TYPE_V,
-            gpu_layers=str(settings.GPU_LAYERS),
-            n_cpu_moe=settings.N_CPU_MOE,
-            override_tensor=settings.OVERRIDE_TENSOR,
-            flash_attention=settings.FLASH_ATTENTION,
-            batch_size=settings.BATCH_SIZE,
+            ctx_size=options.ctx_size,
+            parallel=options.parallel,
+            cache_type_k=options.cache_type_k,
+            cache_type_v=options.cache_type_v,
+            gpu_layers=options.gpu_layers,
+            n_cpu_moe=options.n_cpu_moe,
+            override_tensor=options.override_tensor,
+            flash_attention=options.flash_attention,
+            batch_size=options.batch_size,
             gpu_mem_gib=gpu_mem_gib,
         )
 
@@ -175,21 +176,14 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["inputs"]["override_tensor"] = ",".join(map(str, self.inputs.override_tensor)) or None  # as in .env
         data["headroom_bytes"] = self.headroom_bytes
         return data
 
 
-def _cpu_overrides(override_tensor: str | None) -> list[TensorOverride]:
-    """OVERRIDE_TENSOR entries that keep tensors on the CPU, parsed by the options' one parser (OptionError names
-    OVERRIDE_TENSOR when it does not parse)."""
-    return [entry for entry in parse_override_tensor(override_tensor) if entry.on_cpu] if override_tensor else []
-
-
-def _gpu_layer_count(gpu_layers: str, n_layer: int) -> int:
-    value = str(gpu_layers).strip().lower()
-    if value in ("auto", "all"):
-        return n_layer + 1
-    return int(value)
+def _gpu_layer_count(gpu_layers: GpuLayers, n_layer: int) -> int:
+    """Layers on the GPU, counting the output layer as one more (auto and all offload everything)."""
+    return n_layer + 1 if gpu_layers in ("auto", "all") else int(gpu_layers)
 
 
 def _compute_bytes(meta: ModelMetadata, inputs: PlanInputs, slot_cells: int) -> int:
@@ -213,7 +207,7 @@ def _place(meta: ModelMetadata, inputs: PlanInputs) -> tuple[int, int, int, set[
     n_gpu = _gpu_layer_count(inputs.gpu_layers, meta.n_layer)
     first_gpu = max(meta.n_layer - n_gpu, 0)
     output_on_gpu = n_gpu > meta.n_layer
-    cpu_overrides = _cpu_overrides(inputs.override_tensor)
+    cpu_overrides = [entry for entry in inputs.override_tensor if entry.on_cpu]
     n_cpu_moe = inputs.n_cpu_moe or 0
     gpu = cpu = experts_cpu = 0
     for tensor in meta.tensors:
@@ -349,7 +343,7 @@ def _suggestions(meta: ModelMetadata, plan: Plan) -> list[str]:
             f"CACHE_TYPE_K/V=q8_0 saves {format_bytes(plan.kv_gpu_bytes - quant.kv_gpu_bytes)} "
             "(needs FLASH_ATTENTION=true for V)"
         )
-    if str(inputs.gpu_layers) in ("auto", "all"):
+    if inputs.gpu_layers in ("auto", "all"):
         out.append(
             "GPU_LAYERS=auto lets llama.cpp drop whole layers to the CPU when short; N_CPU_MOE is usually faster"
         )
@@ -389,7 +383,7 @@ def _notes(meta: ModelMetadata, plan: Plan) -> list[str]:
             f"llama.cpp pads each slot to {plan.slot_cells} tokens "
             f"(CTX_SIZE {inputs.ctx_size} / PARALLEL {inputs.parallel})"
         )
-    if str(inputs.gpu_layers) == "auto":
+    if inputs.gpu_layers == "auto":
         notes.append(
             "GPU_LAYERS=auto: this plan assumes every layer fits; llama.cpp --fit moves layers off the GPU if not"
         )

@@ -117,12 +117,8 @@ class LlamaRouter:
         self._next = random.randrange(len(self._servers))  # round-robin pointer; random so processes differ
 
     @classmethod
-    def from_urls(
-        cls, urls: Sequence[str] | str, *, router_options: dict | None = None, **client_kwargs: Any
-    ) -> LlamaRouter:
-        """One LlamaClient per URL (a list, or the comma-separated LLAMA_SERVER_URL format)."""
-        if isinstance(urls, str):
-            urls = [url for url in urls.split(",") if url.strip()]
+    def from_urls(cls, urls: Sequence[str], *, router_options: dict | None = None, **client_kwargs: Any) -> LlamaRouter:
+        """One LlamaClient per URL (HsiSettings.llm_urls is the one parse of LLAMA_SERVER_URL)."""
         return cls([LlamaClient(url, **client_kwargs) for url in urls], **(router_options or {}))
 
     @property

@@ -13,6 +13,7 @@ import pytest
 
 from hsi_dagster.llm.gguf import ModelMetadata, read_metadata
 from hsi_dagster.llm.model_files import bundled_smollm2_path
+from hsi_dagster.llm.options import parse_override_tensor
 from hsi_dagster.llm.planner import (
     MIB,
     PlanInputs,
@@ -90,15 +91,15 @@ def test_n_cpu_moe_keeps_the_experts_of_the_first_n_layers_on_the_cpu():
 
 def test_override_tensor_with_a_cpu_buffer_moves_what_it_matches():
     meta = nemotron_q4km_like()
-    plan = plan_from_metadata(meta, PlanInputs(override_tensor="exps=CPU"))
+    plan = plan_from_metadata(meta, PlanInputs(override_tensor=parse_override_tensor("exps=CPU")))
     assert plan.experts_cpu_bytes == 23 * 740 * MIB
-    other = plan_from_metadata(meta, PlanInputs(override_tensor="exps=CUDA0"))
+    other = plan_from_metadata(meta, PlanInputs(override_tensor=parse_override_tensor("exps=CUDA0")))
     assert other.experts_cpu_bytes == 0
 
 
 def test_numeric_gpu_layers_offload_the_last_layers_and_keep_their_state_with_them():
     meta = nemotron_q4km_like()
-    plan = plan_from_metadata(meta, PlanInputs(gpu_layers="26"))
+    plan = plan_from_metadata(meta, PlanInputs(gpu_layers=26))
     attention_on_gpu = sum(1 for c in NEMOTRON_PATTERN[26:] if c == "*")
     assert plan.kv_gpu_bytes == attention_on_gpu * 1024 * plan.kv_cells
     assert plan.kv_bytes == 6 * 1024 * plan.kv_cells
