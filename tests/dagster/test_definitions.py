@@ -144,3 +144,20 @@ def test_configuration_warnings_name_a_dagster_dotenv_with_settings_and_a_key_mi
     keyed = load_settings(os.devnull, LLAMA_API_KEY="sk-1")
     assert len(configuration_warnings(keyed, {}, str(tmp_path))) == 2
     assert len(configuration_warnings(keyed, {"LLAMA_API_KEY": "sk-1"}, str(tmp_path))) == 1
+
+
+def test_every_launch_path_runs_the_steps_in_the_run_process():
+    """#16 item 3: `dagster asset materialize`, `dg launch --assets`, the UI's Materialize button and asset backfills
+    run the implicit asset job; it, and every job, uses the in-process executor (steps wait on HTTP: a process per
+    step would cost seconds per batch)."""
+    import dagster as dg
+
+    from hsi_dagster.definitions import defs
+
+    repo = defs.get_repository_def()
+    pipeline_keys = {dg.AssetKey(name) for name in LINEAGE}
+    implicit = repo.get_implicit_job_def_for_assets(pipeline_keys)
+    assert implicit is not None and implicit.executor_def.name == "in_process"
+    executors = {job.name: job.executor_def.name for job in repo.get_all_jobs()}
+    assert "__ASSET_JOB" in executors and "batch_pipeline" in executors
+    assert set(executors.values()) == {"in_process"}, executors
