@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 if TYPE_CHECKING:
     from hsi_dagster.core.camera_profiles import CameraProfile
+    from hsi_dagster.core.detections import Bounds
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -99,6 +100,19 @@ class HsiSettings(BaseSettings):
     HSI_INBOX_DIR: str = "data/inbox"
     PARTITION_RETENTION_DAYS: float = Field(7.0, gt=0)
     SENSOR_MAX_BATCHES_PER_TICK: int = Field(200, ge=1)
+
+    # --- ingest bounds (contract section 6; README "Bounds"): over a bound, a required field quarantines the record,
+    # optional enrichment is cut to the bound and the detection kept (the cut listed in detections.enrichment_cuts) ---
+    INGEST_MAX_LINE_BYTES: int = Field(65536, ge=1024, le=64 << 20, description="Bytes per line; longer = quarantined.")
+    INGEST_MAX_LABEL_CHARS: int = Field(64, ge=1, le=4096, description="label characters; longer = quarantined.")
+    INGEST_MAX_TAG_CHARS: int = Field(128, ge=1, le=4096, description="track_id/zone characters; longer = quarantined.")
+    INGEST_MAX_TEXT_CHARS: int = Field(2048, ge=1, description="Characters per enrichment text; longer = cut.")
+    INGEST_MAX_FLORENCE_REGIONS: int = Field(64, ge=1, description="enrichment.florence.regions items; more = cut.")
+    INGEST_MAX_CLIP_CLASSES: int = Field(64, ge=1, description="enrichment.clip items; more = cut.")
+    INGEST_MAX_ENRICHMENT_BYTES: int = Field(
+        32768, ge=1024, description="Compact JSON bytes of enrichment; over = its largest keys dropped."
+    )
+    QUARANTINE_RAW_MAX_CHARS: int = Field(4096, ge=64, description="Characters of a bad line kept in quarantine.raw.")
 
     # --- enrichment and prompts ---
     ENRICHMENT_QUALITY_LEVEL: QualityLevel = "full"
@@ -215,6 +229,22 @@ class HsiSettings(BaseSettings):
         adds no slots: they are per server). Empty = the local server at LLM_HOST:LLM_PORT."""
         raw = self.LLAMA_SERVER_URL.strip() or f"http://{self.LLM_HOST}:{self.LLM_PORT}"
         return list(dict.fromkeys(url.strip().rstrip("/") for url in raw.split(",") if url.strip()))
+
+    @property
+    def ingest_bounds(self) -> Bounds:
+        """The INGEST_* bounds as the plain value the validator takes (core stays free of settings)."""
+        from hsi_dagster.core.detections import Bounds
+
+        return Bounds(
+            line_bytes=self.INGEST_MAX_LINE_BYTES,
+            label_chars=self.INGEST_MAX_LABEL_CHARS,
+            tag_chars=self.INGEST_MAX_TAG_CHARS,
+            text_chars=self.INGEST_MAX_TEXT_CHARS,
+            florence_regions=self.INGEST_MAX_FLORENCE_REGIONS,
+            clip_classes=self.INGEST_MAX_CLIP_CLASSES,
+            enrichment_bytes=self.INGEST_MAX_ENRICHMENT_BYTES,
+            raw_chars=self.QUARANTINE_RAW_MAX_CHARS,
+        )
 
     @property
     def api_key(self) -> str | None:

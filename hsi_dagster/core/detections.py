@@ -5,9 +5,14 @@ faster SQL check first, but that check is only allowed to be *stricter*: every l
 back here for the final verdict and the reason, so both paths always agree on what gets loaded.
 
 Decisions the contract leaves open (documented here, tested in tests/core/test_detections_validation.py):
-- Bounds: a line is at most 65536 bytes; `label` 1-64 chars; `track_id`/`zone` 1-128 chars; ids and labels
-  contain no control characters; every text inside `enrichment` is at most 2048 chars; `clip` and
-  `florence.regions` hold at most 64 items; `enrichment` serialised as compact JSON is at most 32 KiB.
+- Bounds (contract section 6) are parameters (`Bounds`, from the INGEST_* settings; defaults below). Over a bound,
+  a required or identifying field (the line, `label`, `track_id`, `zone`) quarantines the record with a reason
+  naming the setting; `detection_id` (1-128) and `camera_id` (1-64) are the contract's own rules. Optional
+  enrichment over a bound is CUT and the detection kept, each cut listed in `Detection.cuts` (stored on the row):
+  a text inside `enrichment` to INGEST_MAX_TEXT_CHARS characters, `florence.regions` and `clip` to their first
+  INGEST_MAX_FLORENCE_REGIONS / INGEST_MAX_CLIP_CLASSES items (items past the bound are dropped unread, like
+  content that is not stored), then, while the compact JSON of `enrichment` is over INGEST_MAX_ENRICHMENT_BYTES,
+  its largest key is dropped. Ids and labels contain no control characters.
 - `ts` is accepted from 1970-01-01 (inclusive) to 2200-01-01 (exclusive) UTC: a camera clock reset to zero or a
   garbage year is quarantined rather than opening a batch decades away. Fractions past microseconds are truncated.
 - Booleans are not numbers (`true` is not a confidence); NaN, Infinity and numbers that overflow are rejected.
@@ -27,12 +32,13 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 MAX_LINE_BYTES = 65536
 RAW_MAX_CHARS = 4096
-MAX_DETECTION_ID_CHARS = 128
-MAX_CAMERA_ID_CHARS = 64
+MAX_DETECTION_ID_CHARS = 128  # the contract's rule, not a setting
+MAX_CAMERA_ID_CHARS = 64  # the contract's rule, not a setting
 MAX_LABEL_CHARS = 64
 MAX_TAG_CHARS = 128  # track_id, zone
 MAX_TEXT_CHARS = 2048  # any text inside enrichment (captions, descriptions)
@@ -53,8 +59,45 @@ LIGHTING_VALUES = ("day", "dusk", "night")
 _CAMERA_ID_RE = re.compile(CAMERA_ID_PATTERN)
 _TS_RE = re.compile(TS_PATTERN)
 _ID_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_DETECTION_ID_CHARS}}}")
-_LABEL_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_LABEL_CHARS}}}")
-_TAG_RE = re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{MAX_TAG_CHARS}}}")
+
+
+@lru_cache(maxsize=32)
+def _printable_re(max_chars: int) -> re.Pattern[str]:
+    return re.compile(f"{PRINTABLE_CHAR_CLASS}{{1,{max_chars}}}")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Every bound that makes ingestion refuse or cut input (contract section 6). Each field is the setting named in
+    `BOUND_SETTINGS`; `Bounds()` holds the defaults."""
+
+    line_bytes: int = MAX_LINE_BYTES  # refuse: the whole line
+    label_chars: int = MAX_LABEL_CHARS  # refuse: label
+    tag_chars: int = MAX_TAG_CHARS  # refuse: track_id, zone (identifiers: a cut one could merge tracks)
+    text_chars: int = MAX_TEXT_CHARS  # cut: every text inside enrichment
+    florence_regions: int = MAX_LIST_ITEMS  # cut: enrichment.florence.regions
+    clip_classes: int = MAX_LIST_ITEMS  # cut: enrichment.clip
+    enrichment_bytes: int = MAX_ENRICHMENT_BYTES  # cut: largest enrichment keys dropped
+    raw_chars: int = RAW_MAX_CHARS  # cut: the raw line kept in the quarantine
+
+    def __post_init__(self) -> None:
+        for name in BOUND_SETTINGS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{BOUND_SETTINGS[name]} must be >= 1, got {getattr(self, name)}")
+
+
+# Bounds field -> the setting (HsiSettings, hsi.env) that sets it; reasons and cuts name the setting.
+BOUND_SETTINGS: dict[str, str] = {
+    "line_bytes": "INGEST_MAX_LINE_BYTES",
+    "label_chars": "INGEST_MAX_LABEL_CHARS",
+    "tag_chars": "INGEST_MAX_TAG_CHARS",
+    "text_chars": "INGEST_MAX_TEXT_CHARS",
+    "florence_regions": "INGEST_MAX_FLORENCE_REGIONS",
+    "clip_classes": "INGEST_MAX_CLIP_CLASSES",
+    "enrichment_bytes": "INGEST_MAX_ENRICHMENT_BYTES",
+    "raw_chars": "QUARANTINE_RAW_MAX_CHARS",
+}
+DEFAULT_BOUNDS = Bounds()
 
 TOP_LEVEL_FIELDS = ("detection_id", "camera_id", "ts", "label", "confidence", "bbox", "track_id", "zone", "enrichment")
 REQUIRED_FIELDS = ("detection_id", "camera_id", "ts", "label", "confidence")
@@ -79,6 +122,7 @@ class Obj:
 @dataclass(frozen=True)
 class ListOf:
     item: Spec
+    bound: str  # the Bounds field that caps its length
 
 
 Spec = Leaf | Obj | ListOf
@@ -93,10 +137,10 @@ ENRICHMENT_SPEC: dict[str, Spec] = {
         {
             "caption": Leaf((TEXT,)),
             "dense_caption": Leaf((TEXT,)),
-            "regions": ListOf(_leaves(label=TEXT, caption=TEXT, bbox=BBOX)),
+            "regions": ListOf(_leaves(label=TEXT, caption=TEXT, bbox=BBOX), "florence_regions"),
         }
     ),
-    "clip": ListOf(_leaves(label=TEXT, score=UNIT)),
+    "clip": ListOf(_leaves(label=TEXT, score=UNIT), "clip_classes"),
     "scene": _leaves(description=TEXT, lighting=LIGHTING, indoor=BOOL),
     "pose": _leaves(posture=TEXT, score=UNIT),
     "action": _leaves(label=TEXT, score=UNIT),
@@ -124,6 +168,11 @@ class Detection:
     track_id: str | None = None
     zone: str | None = None
     enrichment: dict[str, Any] | None = None
+    cuts: tuple[str, ...] = ()  # optional enrichment cut to a bound, one entry per cut (contract section 6)
+
+    def cuts_json(self) -> str | None:
+        """The cuts as stored on the row (`detections.enrichment_cuts`): a JSON list, or None when nothing was cut."""
+        return json.dumps(list(self.cuts), ensure_ascii=False) if self.cuts else None
 
     def enrichment_json(self) -> str | None:
         """The enrichment as stored: compact JSON, unknown keys kept."""
@@ -330,33 +379,49 @@ def parse_ts(value: Any, field: str = "ts") -> datetime:
     return utc
 
 
-def _check_leaf(value: Any, kinds: tuple[str, ...], field: str) -> None:
+class _Cutter:
+    """The bounds of one record and the cuts made to fit its optional enrichment into them."""
+
+    __slots__ = ("bounds", "cuts")
+
+    def __init__(self, bounds: Bounds) -> None:
+        self.bounds = bounds
+        self.cuts: list[str] = []
+
+    def cut(self, field: str, what: str, bound: str) -> None:
+        self.cuts.append(f"{field}: {what} ({BOUND_SETTINGS[bound]}={getattr(self.bounds, bound)})")
+
+
+def _check_leaf(value: Any, kinds: tuple[str, ...], field: str, cutter: _Cutter) -> Any:
+    """The value to store (a text over the bound cut to it), or _Invalid."""
     if value is None:
-        return
+        return value
     if isinstance(value, str) and TEXT in kinds:
         _check_utf8(value, field)
-        if len(value) > MAX_TEXT_CHARS:
-            raise _Invalid(f"{field}: text longer than {MAX_TEXT_CHARS} characters ({len(value)})")
-        return
+        limit = cutter.bounds.text_chars
+        if len(value) > limit:
+            cutter.cut(field, f"{len(value)} characters cut to {limit}", "text_chars")
+            return value[:limit]
+        return value
     if isinstance(value, str) and LIGHTING in kinds:
         if value not in LIGHTING_VALUES:
             raise _Invalid(f"{field}: must be one of {', '.join(LIGHTING_VALUES)}, got {_show(value)}")
-        return
+        return value
     if isinstance(value, bool) and BOOL in kinds:
-        return
+        return value
     if _is_number(value) and UNIT in kinds:
         number = _number(value, field, "a number between 0 and 1")
         if not 0.0 <= number <= 1.0:
             raise _Invalid(f"{field}: must be a number between 0 and 1, got {_show(value)}")
-        return
+        return value
     if _is_number(value) and NONNEG in kinds:
         number = _number(value, field, "a finite number >= 0")
         if number < 0:
             raise _Invalid(f"{field}: must be a finite number >= 0, got {_show(value)}")
-        return
+        return value
     if BBOX in kinds and isinstance(value, list):
         _bbox(value, field)
-        return
+        return value
     expected = {
         TEXT: "a string",
         UNIT: "a number between 0 and 1",
@@ -368,27 +433,31 @@ def _check_leaf(value: Any, kinds: tuple[str, ...], field: str) -> None:
     raise _Invalid(f"{field}: must be {' or '.join(expected[k] for k in kinds)}, got {_show(value)}")
 
 
-def _check_spec(value: Any, spec: Spec, field: str) -> None:
+def _check_spec(value: Any, spec: Spec, field: str, cutter: _Cutter) -> Any:
+    """The value to store (cut to the bounds in place where needed), or _Invalid naming the field."""
     if value is None:
-        return
+        return value
     if isinstance(spec, Leaf):
-        _check_leaf(value, spec.kinds, field)
-    elif isinstance(spec, Obj):
+        return _check_leaf(value, spec.kinds, field, cutter)
+    if isinstance(spec, Obj):
         if not isinstance(value, dict):
             raise _Invalid(f"{field}: must be an object, got {_show(value)}")
         _check_duplicates(value, spec.fields, field)
         for name, sub in spec.fields.items():
             if name in value:
-                _check_spec(value[name], sub, f"{field}.{name}")
-    else:
-        if not isinstance(value, list):
-            raise _Invalid(f"{field}: must be an array, got {_show(value)}")
-        if len(value) > MAX_LIST_ITEMS:
-            raise _Invalid(f"{field}: at most {MAX_LIST_ITEMS} items, got {len(value)}")
-        for index, item in enumerate(value):
-            if not isinstance(item, dict) and isinstance(spec.item, Obj):
-                raise _Invalid(f"{field}[{index}]: must be an object, got {_show(item)}")
-            _check_spec(item, spec.item, f"{field}[{index}]")
+                value[name] = _check_spec(value[name], sub, f"{field}.{name}", cutter)
+        return value
+    if not isinstance(value, list):
+        raise _Invalid(f"{field}: must be an array, got {_show(value)}")
+    limit = getattr(cutter.bounds, spec.bound)
+    if len(value) > limit:
+        cutter.cut(field, f"{len(value)} items cut to the first {limit}", spec.bound)
+        del value[limit:]
+    for index, item in enumerate(value):
+        if not isinstance(item, dict) and isinstance(spec.item, Obj):
+            raise _Invalid(f"{field}[{index}]: must be an object, got {_show(item)}")
+        value[index] = _check_spec(item, spec.item, f"{field}[{index}]", cutter)
+    return value
 
 
 def _storable(value: Any) -> Any:
@@ -411,7 +480,14 @@ def _storable(value: Any) -> Any:
     return value
 
 
-def _enrichment(value: Any) -> dict[str, Any] | None:
+def _json_size(value: Any, field: str) -> int:
+    try:
+        return len(_compact_json(value).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _Invalid(f"{field}: contains an unpaired unicode surrogate escape") from None
+
+
+def _enrichment(value: Any, cutter: _Cutter) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -419,25 +495,30 @@ def _enrichment(value: Any) -> dict[str, Any] | None:
     _check_duplicates(value, ENRICHMENT_SPEC, "enrichment")
     for key, spec in ENRICHMENT_SPEC.items():
         if key in value:
-            _check_spec(value[key], spec, f"enrichment.{key}")
+            value[key] = _check_spec(value[key], spec, f"enrichment.{key}", cutter)
     _storable(value)
-    try:
-        size = len(_compact_json(value).encode("utf-8"))
-    except UnicodeEncodeError:
-        raise _Invalid("enrichment: contains an unpaired unicode surrogate escape") from None
-    if size > MAX_ENRICHMENT_BYTES:
-        raise _Invalid(f"enrichment: larger than {MAX_ENRICHMENT_BYTES} bytes as compact JSON ({size})")
+    size = _json_size(value, "enrichment")
+    limit = cutter.bounds.enrichment_bytes
+    if size > limit:
+        sizes = {key: _json_size(item, f"enrichment.{key}") for key, item in value.items()}
+        for key in sorted(sizes, key=lambda k: (-sizes[k], k)):  # largest first: the fewest keys lost
+            del value[key]
+            cutter.cut(f"enrichment.{key}", f"dropped, the enrichment was {size} bytes", "enrichment_bytes")
+            if _json_size(value, "enrichment") <= limit:
+                break
     return value
 
 
-def _optional_tag(record: dict[str, Any], name: str) -> str | None:
+def _optional_tag(record: dict[str, Any], name: str, bounds: Bounds) -> str | None:
     value = record.get(name)
     if value is None:
         return None
-    return _string(value, name, _TAG_RE, f"be 1-{MAX_TAG_CHARS} characters without control characters")
+    limit = bounds.tag_chars
+    rule = f"be 1-{limit} characters without control characters ({BOUND_SETTINGS['tag_chars']})"
+    return _string(value, name, _printable_re(limit), rule)
 
 
-def _build(record: dict[str, Any]) -> Detection:
+def _build(record: dict[str, Any], bounds: Bounds) -> Detection:
     _check_duplicates(record, TOP_LEVEL_FIELDS, "")
     for name in REQUIRED_FIELDS:
         if record.get(name) is None:
@@ -451,38 +532,55 @@ def _build(record: dict[str, Any]) -> Detection:
     camera_id = _string(record["camera_id"], "camera_id", _CAMERA_ID_RE, f"match {CAMERA_ID_PATTERN}")
     ts = parse_ts(record["ts"])
     label = _string(
-        record["label"], "label", _LABEL_RE, f"be 1-{MAX_LABEL_CHARS} characters without control characters"
+        record["label"],
+        "label",
+        _printable_re(bounds.label_chars),
+        f"be 1-{bounds.label_chars} characters without control characters ({BOUND_SETTINGS['label_chars']})",
     )
     confidence = _number(record["confidence"], "confidence", "a number between 0 and 1")
     if not 0.0 <= confidence <= 1.0:
         raise _Invalid(f"confidence: must be a number between 0 and 1, got {_show(record['confidence'])}")
     bbox = None if record.get("bbox") is None else _bbox(record["bbox"], "bbox")
-    track_id = _optional_tag(record, "track_id")
-    zone = _optional_tag(record, "zone")
-    enrichment = _enrichment(record.get("enrichment"))
-    return Detection(detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment)
+    track_id = _optional_tag(record, "track_id", bounds)
+    zone = _optional_tag(record, "zone", bounds)
+    cutter = _Cutter(bounds)
+    enrichment = _enrichment(record.get("enrichment"), cutter)
+    return Detection(
+        detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment, tuple(cutter.cuts)
+    )
 
 
-def validate_record(line: str | bytes, *, source: str, line_no: int) -> Detection | Rejection:
-    """One JSON Lines record -> Detection, or Rejection whose reason starts with the field it names.
+def validate_record(
+    line: str | bytes, *, source: str, line_no: int, bounds: Bounds = DEFAULT_BOUNDS
+) -> Detection | Rejection:
+    """One JSON Lines record -> Detection (optional enrichment cut to `bounds`, listed in `cuts`), or Rejection
+    whose reason starts with the field it names (and names the setting of a bound it breaks).
 
     Never raises: any input, however broken, becomes one or the other.
     """
     try:
-        return _validate(line)
+        return _validate(line, bounds)
     except _Invalid as exc:
-        return Rejection(source, line_no, truncate_raw(line), str(exc))
+        return Rejection(source, line_no, truncate_raw(line, bounds.raw_chars), str(exc))
     except Exception as exc:  # pragma: no cover - a bug here must not stop ingestion
         return Rejection(
-            source, line_no, truncate_raw(line), f"line: could not be validated ({type(exc).__name__}: {exc})"
+            source,
+            line_no,
+            truncate_raw(line, bounds.raw_chars),
+            f"line: could not be validated ({type(exc).__name__}: {exc})",
         )
 
 
-def _validate(line: str | bytes) -> Detection:
+def line_too_long_reason(size: int, bounds: Bounds = DEFAULT_BOUNDS) -> str:
+    """The quarantine reason of a line over the byte bound (also used by the reader, which skips such lines)."""
+    return f"line: longer than {bounds.line_bytes} bytes ({size}; {BOUND_SETTINGS['line_bytes']})"
+
+
+def _validate(line: str | bytes, bounds: Bounds) -> Detection:
     if isinstance(line, (bytes, bytearray, memoryview)):
         raw = bytes(line)
-        if len(raw) > MAX_LINE_BYTES:
-            raise _Invalid(f"line: longer than {MAX_LINE_BYTES} bytes ({len(raw)})")
+        if len(raw) > bounds.line_bytes:
+            raise _Invalid(line_too_long_reason(len(raw), bounds))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -493,8 +591,8 @@ def _validate(line: str | bytes) -> Detection:
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:
             raise _Invalid("line: not valid UTF-8 (unpaired surrogate)") from None
-        if size > MAX_LINE_BYTES:
-            raise _Invalid(f"line: longer than {MAX_LINE_BYTES} bytes ({size})")
+        if size > bounds.line_bytes:
+            raise _Invalid(line_too_long_reason(size, bounds))
     else:
         raise _Invalid(f"line: must be str or bytes, got {type(line).__name__}")
     if not text.strip():
@@ -507,7 +605,7 @@ def _validate(line: str | bytes) -> Detection:
         raise _Invalid(f"line: not valid JSON ({exc})") from None
     if not isinstance(record, dict):
         raise _Invalid(f"line: must be a JSON object, got {_show(record)}")
-    return _build(record)
+    return _build(record, bounds)
 
 
 def loads_enrichment(text: str | bytes | dict[str, Any] | None) -> dict[str, Any] | None:

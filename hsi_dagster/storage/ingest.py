@@ -35,7 +35,16 @@ from typing import Any, BinaryIO
 import duckdb
 import numpy as np
 
-from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, format_ts, truncate_raw, validate_record
+from hsi_dagster.core.detections import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    Detection,
+    Rejection,
+    format_ts,
+    line_too_long_reason,
+    truncate_raw,
+    validate_record,
+)
 from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.line_reader import (
@@ -69,6 +78,7 @@ class FileReport:
     quarantined: int = 0
     blank_lines: int = 0
     rescued: int = 0  # refused by the fast check, accepted by the authoritative validator (diagnostic)
+    cut: int = 0  # loaded with optional enrichment cut to a bound (contract section 6; listed on the row)
     skipped: bool = False  # already ingested with the same size and mtime
 
 
@@ -103,6 +113,10 @@ class IngestReport:
         return self._sum("blank_lines")
 
     @property
+    def cut(self) -> int:
+        return self._sum("cut")
+
+    @property
     def per_file(self) -> dict[str, FileReport]:
         return {f.source: f for f in self.files}
 
@@ -115,20 +129,23 @@ class IngestReport:
             else:
                 out.append(
                     f"{f.source}: {f.lines} lines, {f.loaded} loaded, {f.duplicates} duplicates skipped, "
-                    f"{f.quarantined} quarantined" + (f", {f.blank_lines} blank" if f.blank_lines else "")
+                    f"{f.quarantined} quarantined"
+                    + (f", {f.cut} cut to the bounds" if f.cut else "")
+                    + (f", {f.blank_lines} blank" if f.blank_lines else "")
                 )
         out.append(
             f"total: {self.loaded} loaded, {self.duplicates} duplicates skipped, {self.quarantined} quarantined "
-            f"in {self.elapsed_s:.2f}s"
+            + (f"({self.cut} loaded cut to the bounds, see detections.enrichment_cuts) " if self.cut else "")
+            + f"in {self.elapsed_s:.2f}s"
         )
         return "\n".join(out)
 
 
 _INSERT_SQL = """
 INSERT INTO detections (detection_id, camera_id, ts, label, confidence, bbox, track_id, zone, enrichment,
-                        source, line_no, ingested_at, batch_id, is_late)
+                        source, line_no, ingested_at, batch_id, is_late, enrichment_cuts)
 SELECT r.detection_id, r.camera_id, r.ts, r.label, r.confidence, r.bbox, r.track_id, r.zone, r.enrichment,
-       $source, r.line_no, $received_at, NULL, coalesce(r.ts < p.processed_until, false)
+       $source, r.line_no, $received_at, NULL, coalesce(r.ts < p.processed_until, false), {cuts}
 FROM ({rows}) r
 LEFT JOIN (
     SELECT camera_id, max(closes_at) AS processed_until FROM detection_batches
@@ -142,7 +159,8 @@ _ON_CONFLICT = "ON CONFLICT DO NOTHING"
 
 _PY_ROWS = """
 SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, confidence,
-       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, CAST(enrichment AS JSON) AS enrichment FROM _hsi_py_rows
+       CAST(bbox AS DOUBLE[]) AS bbox, track_id, zone, CAST(enrichment AS JSON) AS enrichment,
+       CAST(enrichment_cuts AS JSON) AS enrichment_cuts FROM _hsi_py_rows
 """
 
 
@@ -150,8 +168,11 @@ SELECT line_no, detection_id, camera_id, CAST(ts AS TIMESTAMPTZ) AS ts, label, c
 class _Loader:
     """Loads checked chunks of one source inside the given connection, one transaction per chunk."""
 
-    def __init__(self, conn: duckdb.DuckDBPyConnection, source: str, received_at: datetime) -> None:
+    def __init__(
+        self, conn: duckdb.DuckDBPyConnection, source: str, received_at: datetime, bounds: Bounds = DEFAULT_BOUNDS
+    ) -> None:
         self.conn = conn
+        self.bounds = bounds
         self.report = FileReport(source)
         self.params = {"source": source, "received_at": received_at}
         self.on_conflict = False  # switched on at the first chunk that re-sends known detection_ids
@@ -185,7 +206,9 @@ class _Loader:
             refused = [
                 pos for (pos,) in conn.execute("SELECT pos FROM _hsi_checked WHERE NOT ok ORDER BY pos").fetchall()
             ]
-            validate_refused(chunk.lines, chunk.line_nos, refused, self.report.source, self._rescued, self._rejects)
+            validate_refused(
+                chunk.lines, chunk.line_nos, refused, self.report.source, self._rescued, self._rejects, self.bounds
+            )
             valid, distinct = conn.execute(
                 "SELECT count(*), count(DISTINCT detection_id) FROM _hsi_checked WHERE ok"
             ).fetchone()  # type: ignore[misc]
@@ -230,14 +253,30 @@ class _Loader:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _insert(self, rows_sql: str, *, dedupe: bool) -> int:
+    def _insert(self, rows_sql: str, *, dedupe: bool, cuts: bool = False) -> int:
+        """The fast path's rows carry no cuts (it refuses anything over a bound); the validator's may."""
         sql = _INSERT_SQL.format(
-            rows=rows_sql, dedupe=_DEDUPE if dedupe else "", conflict=_ON_CONFLICT if self.on_conflict else ""
+            rows=rows_sql,
+            dedupe=_DEDUPE if dedupe else "",
+            conflict=_ON_CONFLICT if self.on_conflict else "",
+            cuts="r.enrichment_cuts" if cuts else "NULL",
         )
         row = self.conn.execute(sql, self.params).fetchone()
         return int(row[0]) if row else 0
 
     def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
+        """Validator-accepted rows; those cut to a bound go in their own statement, so the ones actually loaded
+        (not skipped as known) are counted."""
+        cut = [row for row in rows if row[1].cuts]
+        if cut:
+            self._insert_validated([row for row in rows if not row[1].cuts])
+            self.report.cut += self._insert_validated(cut)
+        else:
+            self._insert_validated(rows)
+
+    def _insert_validated(self, rows: list[tuple[int, Detection]]) -> int:
+        if not rows:
+            return 0
         obj = lambda values: np.array(values, dtype=object)  # noqa: E731
         data = {
             "line_no": np.array([n for n, _ in rows], dtype=np.int64),
@@ -250,21 +289,23 @@ class _Loader:
             "track_id": obj([d.track_id for _, d in rows]),
             "zone": obj([d.zone for _, d in rows]),
             "enrichment": obj([d.enrichment_json() for _, d in rows]),
+            "enrichment_cuts": obj([d.cuts_json() for _, d in rows]),
         }
         self.conn.register("_hsi_py_rows", data)
         try:
-            inserted = self._insert(_PY_ROWS, dedupe=len({d.detection_id for _, d in rows}) < len(rows))
+            inserted = self._insert(_PY_ROWS, dedupe=len({d.detection_id for _, d in rows}) < len(rows), cuts=True)
         finally:
             self.conn.unregister("_hsi_py_rows")
         self.report.loaded += inserted
         self.report.duplicates += len(rows) - inserted
         self.report.rescued += len(rows)
+        return inserted
 
     def _quarantine(self, rejects: list[Rejection]) -> None:
         data = {
             "line_no": np.array([r.line_no for r in rejects], dtype=np.int64),
-            "raw": np.array([r.raw for r in rejects], dtype=object),
-            "reason": np.array([r.reason for r in rejects], dtype=object),
+            "raw": np.array([storable_text(r.raw) for r in rejects], dtype=object),
+            "reason": np.array([storable_text(r.reason) for r in rejects], dtype=object),
         }
         self.conn.register("_hsi_rejects", data)
         try:
@@ -277,6 +318,16 @@ class _Loader:
         finally:
             self.conn.unregister("_hsi_rejects")
         self.report.quarantined += len(rejects)
+
+
+def storable_text(text: str) -> str:
+    """Text DuckDB can hold: a reason may quote a value with a lone surrogate (JSON "\\ud800"), which UTF-8 cannot
+    encode and which would abort the whole chunk's transaction; it is kept as the escape `\\ud800`."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Stopped(Exception):
@@ -318,12 +369,13 @@ def _ingest_stream(loader: _Loader, stream: BinaryIO, chunk_lines: int) -> None:
 
     def produce() -> None:
         try:
-            chunker = Chunker(loader.report.source, chunk_lines, stage)
+            chunker = Chunker(loader.report.source, chunk_lines, stage, loader.bounds)
             first_block = True
-            for item in read_blocks(stream, READ_BLOCK_BYTES):
+            for item in read_blocks(stream, READ_BLOCK_BYTES, loader.bounds.line_bytes):
                 if isinstance(item, LongLine):
-                    reason = f"line: longer than {MAX_LINE_BYTES} bytes ({item.size})"
-                    put(("reject", Rejection(loader.report.source, item.line_no, truncate_raw(item.head), reason)))
+                    reason = line_too_long_reason(item.size, loader.bounds)
+                    raw = truncate_raw(item.head, loader.bounds.raw_chars)
+                    put(("reject", Rejection(loader.report.source, item.line_no, raw, reason)))
                     continue
                 line_no, lines = item
                 if first_block and lines[0].startswith(b"\xef\xbb\xbf"):
@@ -434,6 +486,7 @@ def ingest_files(
 
             settings = load_settings()
         db = settings.HSI_DUCKDB_PATH
+    bounds = ingest_bounds(settings)
     resolved = [Path(p).resolve() for p in paths]
     stats = [_check_readable(p) for p in resolved]
     report = IngestReport()
@@ -444,7 +497,7 @@ def ingest_files(
                 report.files.append(FileReport(source, skipped=True))
                 continue
             received_at = datetime.now(UTC)
-            loader = _Loader(conn, source, received_at)
+            loader = _Loader(conn, source, received_at, bounds)
             try:
                 with open_binary(path) as stream:
                     _ingest_stream(loader, stream, chunk_lines)
@@ -465,12 +518,12 @@ def ingest_lines(
     chunk_lines: int = CHUNK_LINES,
 ) -> IngestReport:
     """Validate and load in-memory lines (numbered from 1) with the same rules; `db` is a path or a connection."""
-    del settings  # accepted for symmetry with ingest_files
     started = time.perf_counter()
+    bounds = ingest_bounds(settings)
 
     def run(conn: duckdb.DuckDBPyConnection) -> FileReport:
-        loader = _Loader(conn, source, datetime.now(UTC))
-        chunker = Chunker(source, chunk_lines, loader.load_chunk)
+        loader = _Loader(conn, source, datetime.now(UTC), bounds)
+        chunker = Chunker(source, chunk_lines, loader.load_chunk, bounds)
         nos: list[int] = []
         raws: list[bytes] = []
         for line_no, line in enumerate(lines, start=1):
@@ -479,7 +532,7 @@ def ingest_lines(
                 try:
                     raw = line.encode("utf-8")
                 except UnicodeEncodeError:  # a lone surrogate
-                    loader.reject_now(validate_record(line, source=source, line_no=line_no))  # type: ignore[arg-type]
+                    loader.reject_now(validate_record(line, source=source, line_no=line_no, bounds=bounds))  # type: ignore[arg-type]
                     continue
             else:
                 raw = bytes(line)
@@ -498,6 +551,11 @@ def ingest_lines(
     with _connection(db) as conn, _unordered(conn):
         file_report = run(conn)
     return IngestReport([file_report], time.perf_counter() - started)
+
+
+def ingest_bounds(settings: Any) -> Bounds:
+    """The bounds of the INGEST_* settings (the defaults without settings)."""
+    return DEFAULT_BOUNDS if settings is None else settings.ingest_bounds
 
 
 @contextmanager

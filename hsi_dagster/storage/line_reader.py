@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from hsi_dagster.core.detections import MAX_LINE_BYTES, Detection, Rejection, validate_record
+from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Detection, Rejection, validate_record
 from hsi_dagster.core.fast_check import fast_check
 
 CHUNK_BYTES = 160 << 20
@@ -44,21 +44,22 @@ def validate_refused(
     source: str,
     rescued: list[tuple[int, Detection]],
     rejects: list[Rejection],
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> None:
-    """The authoritative validator decides on each line a fast check refused: loaded after all, or quarantined
-    with the reason naming the field."""
+    """The authoritative validator decides on each line a fast check refused: loaded after all (cut to the bounds
+    where its optional enrichment is over one), or quarantined with the reason naming the field."""
     for index in indices:
         line_no = int(line_nos[index])
-        result = validate_record(lines[index], source=source, line_no=line_no)
+        result = validate_record(lines[index], source=source, line_no=line_no, bounds=bounds)
         if isinstance(result, Detection):
             rescued.append((line_no, result))
         else:
             rejects.append(result)
 
 
-def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> CheckedChunk:
+def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str, bounds: Bounds = DEFAULT_BOUNDS) -> CheckedChunk:
     """Fast check, then the authoritative validator on every line the fast check did not accept."""
-    fast = fast_check(lines)
+    fast = fast_check(lines, bounds)
     # As str: DuckDB copies str objects ~3x faster than bytes. msgspec decoded every string of an accepted line,
     # so it is valid UTF-8; if one were not, the validator would have the last word on it.
     texts: list[str] = []
@@ -71,7 +72,7 @@ def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> Checke
             fast.refused_at.append(index)
     rescued: list[tuple[int, Detection]] = []
     rejects: list[Rejection] = []
-    validate_refused(lines, line_nos, fast.refused_at, source, rescued, rejects)
+    validate_refused(lines, line_nos, fast.refused_at, source, rescued, rejects, bounds)
     pos = np.array(kept, dtype=np.int64)
     accepted = np.empty(len(kept), dtype=object)
     accepted[:] = texts
@@ -82,8 +83,15 @@ def check_chunk(line_nos: np.ndarray, lines: list[bytes], source: str) -> Checke
 class Chunker:
     """Gathers lines into chunks of about `chunk_lines`, checks each (see check_chunk) and hands it on."""
 
-    def __init__(self, source: str, chunk_lines: int, on_chunk: Callable[[CheckedChunk], object]) -> None:
+    def __init__(
+        self,
+        source: str,
+        chunk_lines: int,
+        on_chunk: Callable[[CheckedChunk], object],
+        bounds: Bounds = DEFAULT_BOUNDS,
+    ) -> None:
         self.source = source
+        self.bounds = bounds
         self.chunk_lines = chunk_lines
         self.on_chunk = on_chunk
         self.nos: list[np.ndarray] = []
@@ -100,7 +108,7 @@ class Chunker:
 
     def flush(self) -> None:
         if self.lines:
-            self.on_chunk(check_chunk(np.concatenate(self.nos), self.lines, self.source))
+            self.on_chunk(check_chunk(np.concatenate(self.nos), self.lines, self.source, self.bounds))
         self.nos, self.lines, self.size = [], [], 0
 
 
@@ -122,9 +130,12 @@ class LongLine:
     size: int
 
 
-def read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list[bytes]] | LongLine]:
-    """Yield (first line number, complete lines) per block, or a LongLine for a line so long that only its head
-    is kept: the rest is skipped without being held in memory. Memory stays around one block."""
+def read_blocks(
+    stream: BinaryIO, block_bytes: int, line_bytes: int = DEFAULT_BOUNDS.line_bytes
+) -> Iterator[tuple[int, list[bytes]] | LongLine]:
+    """Yield (first line number, complete lines) per block, or a LongLine for a line over `line_bytes` so long
+    that only its head is kept: the rest is skipped without being held in memory. Memory stays around one block
+    (or one line, if the bound is larger)."""
     line_no = 1
     carry = b""
     long_line: LongLine | None = None
@@ -151,7 +162,7 @@ def read_blocks(stream: BinaryIO, block_bytes: int) -> Iterator[tuple[int, list[
             carry = data[last + 1 :]
             yield line_no, lines
             line_no += len(lines)
-        if len(carry) > MAX_LINE_BYTES + 1:
+        if len(carry) > line_bytes + 1:
             long_line, carry = LongLine(line_no, carry[: 4 * 4096], len(carry)), b""
     if long_line is not None:
         yield long_line

@@ -217,6 +217,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        5,
+        "bounds: cuts recorded on the row, prompt degradation",
+        # Contract section 6: optional enrichment over a bound is cut and the detection kept; the cuts are listed on
+        # its row (a JSON list, NULL when nothing was cut). A prompt that only fits after degrading past the section
+        # removals (core/budget.py DEGRADATION_ORDER) lists the steps taken.
+        """
+        ALTER TABLE detections ADD COLUMN IF NOT EXISTS enrichment_cuts JSON;
+        ALTER TABLE budgeted_prompts ADD COLUMN IF NOT EXISTS prompt_degraded VARCHAR[];
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

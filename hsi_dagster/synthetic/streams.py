@@ -872,7 +872,9 @@ _BAD_KINDS: dict[str, Callable[[dict[str, Any], random.Random], tuple[str, bytes
         _with(enrichment={"clip": [{"label": "a", "score": 0.5}, {"label": "b", "score": 1.5}]}),
     ),
     "lighting_unknown": _f("enrichment.scene.lighting", _with(enrichment={"scene": {"lighting": "noon"}})),
-    "caption_too_long": _f("enrichment.florence.caption", _with(enrichment={"florence": {"caption": "c" * 3000}})),
+    # Over a bound, optional enrichment is cut and the detection kept (contract section 6): not a bad line. Over the
+    # bound of an identifier it still is.
+    "track_id_long": _f("track_id", _with(track_id="t" * 129)),
     "reid_known_string": _f(
         "enrichment.reid.known", _with(enrichment={"reid": {"identity": "resident:alex", "known": "yes"}})
     ),
@@ -881,5 +883,5 @@ _BAD_KINDS: dict[str, Callable[[dict[str, Any], random.Random], tuple[str, bytes
         "enrichment.florence.regions[0].bbox",
         _with(enrichment={"florence": {"regions": [{"label": "door", "bbox": [0.9, 0.1, 0.2, 0.5]}]}}),
     ),
-    "enrichment_too_big": _f("enrichment", _with(enrichment={"extra_model": ["y" * 1000] * 40})),
+    "zone_long": _f("zone", _with(zone="z" * 129)),
 }

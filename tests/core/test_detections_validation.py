@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hsi_dagster.core.detections import (
     MAX_LINE_BYTES,
     RAW_MAX_CHARS,
+    Bounds,
     Detection,
     Rejection,
     loads_enrichment,
@@ -112,7 +113,6 @@ def test_reasons_of_the_brief(text: str, reason: str) -> None:
         ({"enrichment": {"florence": {"regions": ["door"]}}}, "enrichment.florence.regions[0]"),
         ({"enrichment": {"reid": {"score": True}}}, "enrichment.reid.score"),
         ({"enrichment": {"depth": {"distance_m": 1e309}}}, "enrichment.depth.distance_m"),
-        ({"enrichment": {"clip": [{"label": "x", "score": 0.1}] * 65}}, "enrichment.clip"),
         ({"detection_id": _DROP}, "detection_id"),
         ({"confidence": None}, "confidence"),
     ],
@@ -197,3 +197,91 @@ def test_never_raises_on_records_with_wrong_values(changes: dict, nest: str) -> 
     assert isinstance(result, (Detection, Rejection))
     if isinstance(result, Rejection):
         assert result.field.split(".")[0].split("[")[0] in {*BASE, "bbox", "track_id", "zone", "enrichment", "line"}
+
+
+# ----------------------------------------------------------------------------------------- bounds (contract 6)
+REGION = {"label": "person", "caption": "a man in a dark hoodie", "bbox": [0.1, 0.1, 0.4, 0.9]}
+
+
+def test_ninety_florence_regions_are_cut_to_the_bound_and_the_detection_kept() -> None:
+    text = line(
+        label="person", confidence=0.95, enrichment={"florence": {"caption": "a man", "regions": [REGION] * 90}}
+    )
+    result = check(text)
+    assert isinstance(result, Detection)
+    assert result.enrichment is not None and len(result.enrichment["florence"]["regions"]) == 64
+    assert result.enrichment["florence"]["caption"] == "a man"
+    assert result.cuts == (
+        "enrichment.florence.regions: 90 items cut to the first 64 (INGEST_MAX_FLORENCE_REGIONS=64)",
+    )
+    assert json.loads(result.cuts_json() or "null") == list(result.cuts)
+
+
+def test_each_bound_is_a_parameter() -> None:
+    text = line(enrichment={"florence": {"regions": [REGION] * 90}, "clip": [{"label": "a", "score": 0.5}] * 5})
+    roomy = validate_record(text, source="t", line_no=1, bounds=Bounds(florence_regions=100))
+    assert isinstance(roomy, Detection) and roomy.cuts == () and roomy.cuts_json() is None
+    tight = validate_record(text, source="t", line_no=1, bounds=Bounds(florence_regions=3, clip_classes=2))
+    assert isinstance(tight, Detection) and tight.enrichment is not None
+    assert len(tight.enrichment["florence"]["regions"]) == 3 and len(tight.enrichment["clip"]) == 2
+    assert [cut.split(":")[0] for cut in tight.cuts] == ["enrichment.florence.regions", "enrichment.clip"]
+
+
+def test_a_text_over_its_bound_is_cut_to_it() -> None:
+    result = validate_record(
+        line(enrichment={"scene": {"description": "d" * 50}}), source="t", line_no=1, bounds=Bounds(text_chars=20)
+    )
+    assert isinstance(result, Detection) and result.enrichment == {"scene": {"description": "d" * 20}}
+    assert result.cuts == ("enrichment.scene.description: 50 characters cut to 20 (INGEST_MAX_TEXT_CHARS=20)",)
+
+
+def test_enrichment_over_its_byte_bound_loses_its_largest_keys_first() -> None:
+    enrichment = {"scene": {"lighting": "night"}, "extra_model": ["y" * 1000] * 40, "pose": {"posture": "standing"}}
+    result = check(line(enrichment=enrichment))
+    assert isinstance(result, Detection)
+    assert result.enrichment == {"scene": {"lighting": "night"}, "pose": {"posture": "standing"}}
+    assert len(result.cuts) == 1 and result.cuts[0].startswith("enrichment.extra_model: dropped")
+    assert "INGEST_MAX_ENRICHMENT_BYTES=32768" in result.cuts[0]
+
+
+def test_items_past_the_bound_are_not_read() -> None:
+    """A malformed region past the bound is dropped with the rest, not a reason to lose the detection."""
+    text = line(enrichment={"florence": {"regions": [REGION] * 64 + ["not an object"]}})
+    result = check(text)
+    assert isinstance(result, Detection) and len(result.cuts) == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "bounds", "reason"),
+    [
+        (
+            {"label": "l" * 11},
+            Bounds(label_chars=10),
+            "label: must be 1-10 characters without control characters (INGEST_MAX_LABEL_CHARS)",
+        ),
+        (
+            {"track_id": "t" * 11},
+            Bounds(tag_chars=10),
+            "track_id: must be 1-10 characters without control characters (INGEST_MAX_TAG_CHARS)",
+        ),
+        ({"zone": "z" * 11}, Bounds(tag_chars=10), "zone: must be 1-10 characters"),
+    ],
+)
+def test_required_and_identifying_fields_over_a_bound_quarantine_naming_it(
+    changes: dict, bounds: Bounds, reason: str
+) -> None:
+    result = validate_record(line(**changes), source="t", line_no=1, bounds=bounds)
+    assert isinstance(result, Rejection) and result.reason.startswith(reason)
+
+
+def test_the_line_bound_and_the_raw_bound_are_parameters() -> None:
+    text = line(enrichment={"scene": {"description": "d" * 500}})
+    result = validate_record(text, source="t", line_no=1, bounds=Bounds(line_bytes=300, raw_chars=50))
+    assert isinstance(result, Rejection)
+    assert result.reason == f"line: longer than 300 bytes ({len(text)}; INGEST_MAX_LINE_BYTES)"
+    assert result.raw.startswith(text[:50] + "...[truncated")
+
+
+def test_a_bound_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="INGEST_MAX_FLORENCE_REGIONS must be >= 1"):
+        Bounds(florence_regions=0)

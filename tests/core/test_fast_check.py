@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hsi_dagster.core.detections import Detection, Rejection, validate_record
+from hsi_dagster.core.detections import Bounds, Detection, Rejection, validate_record
 from hsi_dagster.core.fast_check import fast_check
 from hsi_dagster.synthetic.streams import encode_record, simulate
 
@@ -33,6 +33,11 @@ def verdicts(lines: list[str]) -> list[str]:
         | {i: "blank" for i in chunk.blank_at}
     )
     return [where[i] for i in range(len(lines))]
+
+
+def verdict(text: str, bounds: Bounds) -> str:
+    chunk = fast_check([text.encode("utf-8")], bounds)
+    return "accepted" if chunk.accepted_at else "refused" if chunk.refused_at else "blank"
 
 
 def line(**changes: object) -> str:
@@ -84,8 +89,6 @@ def test_refused_lines_get_the_validators_verdict_either_way() -> None:
         line(detection_id="x" * 129),
         line(bbox=[0.1, 0.2, 0.3]),
         line(enrichment={"florence": {"regions": [{"bbox": [0.9, 0.1, 0.2, 0.5]}]}}),
-        line(enrichment={"florence": {"caption": "c" * 2049}}),
-        line(enrichment={"clip": [{"label": "a", "score": 0.5}] * 65}),
         line(enrichment={"depth": {"distance_m": -1}}),
         '{"detection_id":"\\ud800","camera_id":"cam","ts":"2026-12-01T01:00:00Z","label":"car","confidence":0.5}',
         "[1, 2]",
@@ -95,6 +98,26 @@ def test_refused_lines_get_the_validators_verdict_either_way() -> None:
 def test_rule_breaking_lines_are_refused(text: str) -> None:
     assert verdicts([text]) == ["refused"]
     assert isinstance(validate_record(text, source="t", line_no=1), Rejection)
+
+
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [
+        (line(enrichment={"florence": {"caption": "c" * 2049}}), "enrichment.florence.caption: 2049 characters"),
+        (line(enrichment={"clip": [{"label": "a", "score": 0.5}] * 65}), "enrichment.clip: 65 items"),
+    ],
+)
+def test_enrichment_over_a_bound_is_refused_here_and_cut_by_the_validator(text: str, cut: str) -> None:
+    """The fast check never cuts: what is over a bound goes to the validator, which keeps the detection cut."""
+    assert verdicts([text]) == ["refused"]
+    result = validate_record(text, source="t", line_no=1)
+    assert isinstance(result, Detection) and len(result.cuts) == 1 and result.cuts[0].startswith(cut)
+
+
+def test_a_checker_is_compiled_for_each_bounds() -> None:
+    regions = line(enrichment={"florence": {"regions": [{"label": "door", "caption": "open"}] * 90}})
+    assert verdicts([regions]) == ["refused"]
+    assert [verdict(regions, Bounds(florence_regions=90))] == ["accepted"]
 
 
 def test_blank_lines_are_told_apart() -> None:
