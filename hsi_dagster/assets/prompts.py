@@ -6,13 +6,15 @@ import dagster as dg
 
 from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
-from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
+from hsi_dagster.core.alerts import PROMPT_TOO_LARGE
+from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
 from hsi_dagster.core.prompt import build_sections
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
-from hsi_dagster.storage.pipeline_tables import load_context_json, load_prompt, save_prompt
+from hsi_dagster.storage.batches import batch_camera_id
+from hsi_dagster.storage.pipeline_tables import load_context_json, load_prompt, save_assessment, save_prompt
 
 PREVIEW_CHARS = 6000
 _counter: TokenCounter | None = None
@@ -47,7 +49,8 @@ def budgeted_prompts(
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.MaterializeResult:
     """Static instructions first (byte-identical, so the server's prompt cache reuses them), then the batch's sections;
-    over budget, whole sections go in a fixed order."""
+    over budget, whole sections go in a fixed order, then the prompt degrades in a fixed order (core/budget.py). A
+    batch whose floor does not fit is recorded as `prompt_too_large` (the run-failure sensor alerts) and not retried."""
     settings = pipeline_settings.get()
     with duckdb.get_connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
@@ -58,13 +61,25 @@ def budgeted_prompts(
         safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
         token_ratio=settings.PROMPT_TOKEN_RATIO,
     )
-    fitted = fit_to_budget(
-        build_sections(enriched),
-        camera_profile_text(enriched.camera_profile),
-        choice.estimate_budget,
-        token_counter(),
-        batch_id=context.partition_key,
-    )
+    try:
+        fitted = fit_to_budget(
+            build_sections(enriched),
+            camera_profile_text(enriched.camera_profile),
+            choice.estimate_budget,
+            token_counter(),
+            batch_id=context.partition_key,
+        )
+    except PromptTooLarge as exc:
+        with duckdb.get_connection() as conn:
+            row = {
+                "batch_id": context.partition_key,
+                "camera_id": batch_camera_id(conn, context.partition_key),
+                "status": PROMPT_TOO_LARGE,
+                "error": str(exc),
+                "context_budget": choice.budget,
+            }
+            save_assessment(conn, row)
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
     if fitted.warning:
         context.log.warning(fitted.warning)
     prefix_hash = hashlib.sha256(fitted.static_prefix.encode()).hexdigest()
@@ -80,6 +95,7 @@ def budgeted_prompts(
             utilization=fitted.utilization,
             sections_removed=fitted.sections_removed,
             static_prefix_sha256=prefix_hash,
+            prompt_degraded=fitted.degraded,
         )
     with duckdb.get_connection() as conn:
         stored = load_prompt(conn, context.partition_key)
@@ -96,6 +112,7 @@ def budgeted_prompts(
             "context_utilization": round(fitted.utilization, 4),
             "sections_removed": ", ".join(fitted.sections_removed) or "none",
             "sections_shortened": ", ".join(fitted.sections_shortened) or "none",
+            "prompt_degraded": ", ".join(fitted.degraded) or "none",
             "static_prefix_sha256": prefix_hash[:16],
             "prompt_preview": dg.MetadataValue.md(f"```\n{user_text[:PREVIEW_CHARS]}\n```"),
         },

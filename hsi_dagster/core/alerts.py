@@ -13,6 +13,7 @@ from typing import Literal
 ALERT_LEVELS = ("high", "critical")
 RISK = "risk"
 FAST_PATH_UNASSESSED = "fast_path_unassessed"
+PROMPT_TOO_LARGE = "prompt_too_large"  # also the risk_assessments status of such a batch
 
 WebhookAction = Literal["post", "disabled", "cooldown"]
 
@@ -59,6 +60,21 @@ def fast_path_unassessed_alert(batch_id: str, camera_id: str, labels: Sequence[s
         None,
         None,
         f"fast-path detection ({', '.join(labels)}) could not be assessed by the LLM",
+    )
+
+
+def prompt_too_large_alert(batch_id: str, camera_id: str, labels: Sequence[str], error: str | None) -> Alert:
+    """A batch whose prompt could not fit its slot even at its floor (core/budget.py): never assessed, so it alerts
+    like an unassessed fast-path batch, whatever its labels, and says which settings to change."""
+    return Alert(
+        f"{batch_id}:unassessed",
+        batch_id,
+        camera_id,
+        PROMPT_TOO_LARGE,
+        None,
+        None,
+        f"batch ({', '.join(labels)}) could not be assessed: its prompt does not fit one llama-server slot"
+        + (f" ({error})" if error else ""),
     )
 
 

@@ -20,7 +20,17 @@
   does not fit after every removable section is gone, both are shortened TOGETHER, keeping the same fraction of
   their lines (at least one each): the most valuable lines first (fast path, person, confidence in 0.1 steps,
   late, exact confidence), the rest summarised as counts per label. The headers of both (counts, confidence,
-  zones, tracks and dwell, coverage) always stay. The static instructions are never touched.
+  zones, tracks and dwell, coverage) stay.
+- Past that, so that every batch is still assessed (issue #15 item 10: a night batch of 6 persons with rich
+  Florence regions needed 1,890 of 1,888 tokens with CTX_SIZE=8192, PARALLEL=2), `DEGRADATION_ORDER`, one step at a
+  time until the prompt fits: Florence down to its header and a count per label, then the detections down to their
+  header and counts (the header keeps counts, time, labels, confidence, zones, tracks), then the worked examples of
+  the static system message (the instructions, schema and calibration stay), then the detections header down to
+  its brief form (who, when, the top labels, confidence). Batch evidence goes before the generic examples, and the
+  examples go before the last of the evidence. The static prefix changes only at the third step, so prefix caching
+  is untouched in the usual case. What is left after every step is the floor: if even that does not fit,
+  PromptTooLarge (its `minimum_tokens` is the floor) and the batch alerts unassessed; `prompt_floor` computes it
+  for `hsi config check`.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from itertools import accumulate
 from hsi_dagster.core import sections
 from hsi_dagster.core.prompt import (
     BLOCK_SUFFIX,
+    STATIC_INSTRUCTIONS,
     STATIC_SYSTEM_PROMPT,
     Section,
     block_prefix,
@@ -52,10 +63,16 @@ FULL_REMOVAL_ORDER: tuple[str, ...] = sections.FULL_REMOVAL_ORDER
 SHORTEN_ORDER: tuple[str, ...] = sections.NEVER_REMOVED
 NEVER_REMOVED = frozenset(SHORTEN_ORDER)
 WARN_UTILIZATION = 0.80
+FLORENCE_LINES = "florence_lines"  # Florence down to its header and a count of captioned detections per label
+DETECTION_LINES = "detection_lines"  # the detections down to their header and a count per label
+WORKED_EXAMPLES = "worked_examples"  # the static system message without its worked examples
+DETECTION_DETAILS = "detection_details"  # the detections header down to its brief form (the floor)
+DEGRADATION_ORDER: tuple[str, ...] = (FLORENCE_LINES, DETECTION_LINES, WORKED_EXAMPLES, DETECTION_DETAILS)
 
 
 class PromptTooLarge(ValueError):
-    """Even the shortest prompt (all removable sections gone, shortenable ones at one line) exceeds the budget."""
+    """Even the floor (every section removal, shortening and DEGRADATION_ORDER step taken) exceeds the budget;
+    `minimum_tokens` is the floor."""
 
     def __init__(self, message: str, *, batch_id: str | None, budget: int, minimum_tokens: int):
         super().__init__(message)
@@ -232,6 +249,7 @@ class BudgetedPrompt:
     static_prefix: str
     sections_shortened: list[str] = field(default_factory=list)
     static_tokens: int = 0
+    degraded: list[str] = field(default_factory=list)  # DEGRADATION_ORDER steps taken, in order
 
 
 class _Part:
@@ -240,6 +258,7 @@ class _Part:
 
     def __init__(self, section: Section, counter: TokenCounter):
         self.section = section
+        self.original = section
         self.counter = counter
         if section.items:
             self._ids = counter.encode_counted(render_block(section))
@@ -277,6 +296,11 @@ class _Part:
         self.tokens = self.cost(keep)
         self.section = self.section.shortened(keep, self.order)
 
+    def headers_only(self, *, brief: bool = False) -> None:
+        """Down to the head and counts (DEGRADATION_ORDER), from the section as built."""
+        self.section = self.original.headers_only(brief=brief)
+        self.tokens = self.counter.count(render_block(self.section))
+
 
 def _shorten_jointly(parts: list[_Part], allowance: int) -> None:
     """Keep the same fraction of lines in each part (best lines first), as many as fit in `allowance` tokens."""
@@ -304,20 +328,29 @@ def fit_to_budget(
     *,
     batch_id: str | None = None,
 ) -> BudgetedPrompt:
-    """Remove whole sections (FULL_REMOVAL_ORDER) until the prompt fits, then shorten florence and detections."""
+    """Remove whole sections (FULL_REMOVAL_ORDER) until the prompt fits, then shorten florence and detections, then
+    degrade step by step (DEGRADATION_ORDER); PromptTooLarge only when the floor does not fit."""
     if budget <= 0:
         raise ValueError(f"budget must be positive, got {budget}")
-    static_tokens = counter.count_static(STATIC_SYSTEM_PROMPT)
-    fixed = 2 * counter.MESSAGE_OVERHEAD + counter.REPLY_PRIMING + static_tokens
-    fixed += counter.count(render_profile_block(camera_profile_text))
+    system = STATIC_SYSTEM_PROMPT
+    static_tokens = counter.count_static(system)
+    overhead = 2 * counter.MESSAGE_OVERHEAD + counter.REPLY_PRIMING
+    profile_tokens = counter.count(render_profile_block(camera_profile_text))
     parts = {section.key: _Part(section, counter) for section in sections}
     if len(parts) != len(sections):
         raise ValueError("duplicate section keys")
     removed: list[str] = []
     shortened: list[str] = []
+    degraded: list[str] = []
 
     def total() -> int:
-        return fixed + sum(p.tokens for p in parts.values()) + sum(counter.count(t) for t in tail_pieces(removed))
+        return (
+            overhead
+            + static_tokens
+            + profile_tokens
+            + sum(p.tokens for p in parts.values())
+            + sum(counter.count(t) for t in tail_pieces(removed))
+        )
 
     current = before = total()
     for key in FULL_REMOVAL_ORDER:
@@ -332,22 +365,41 @@ def fit_to_budget(
         _shorten_jointly(shortenable, budget - (current - sum(p.tokens for p in shortenable)))
         shortened = [p.section.key for p in shortenable if p.section.omitted]
         current = total()
+    for step in DEGRADATION_ORDER:
+        if current <= budget:
+            break
+        if step == WORKED_EXAMPLES:
+            system = STATIC_INSTRUCTIONS
+            static_tokens = counter.count_static(system)
+        else:
+            key = "florence" if step == FLORENCE_LINES else "detections"
+            part = parts.get(key)
+            if part is None or not (part.original.items or step == DETECTION_DETAILS and part.original.brief_head):
+                continue
+            part.headers_only(brief=step == DETECTION_DETAILS)
+            if key not in shortened:
+                shortened.append(key)
+        degraded.append(step)
+        current = total()
     label = f"batch {batch_id}" if batch_id else "prompt"
     if current > budget:
         raise PromptTooLarge(
-            f"{label} cannot fit its budget: at least {current} tokens (static part {static_tokens}, {before} before "
-            f"removing {removed or 'nothing'} and shortening {shortened or 'nothing'}) > budget {budget}; "
-            "raise CTX_SIZE or lower PARALLEL, NEMOTRON_MAX_OUTPUT_TOKENS or PROMPT_SAFETY_MARGIN_TOKENS",
+            f"{label} cannot fit its budget even at its floor: at least {current} tokens (static part "
+            f"{static_tokens}, {before} before removing {removed or 'nothing'}, shortening {shortened or 'nothing'} "
+            f"and degrading {degraded or 'nothing'}) > budget {budget}; raise CTX_SIZE or lower PARALLEL, "
+            "NEMOTRON_MAX_OUTPUT_TOKENS or PROMPT_SAFETY_MARGIN_TOKENS (`hsi config check` computes the floor)",
             batch_id=batch_id,
             budget=budget,
             minimum_tokens=current,
         )
     kept = [p.section for p in parts.values()]
-    messages = render_messages(kept, camera_profile_text, removed=removed)
+    messages = render_messages(kept, camera_profile_text, removed=removed, system=system)
     utilization = current / budget
     warning = (
         f"{label}: context utilization {utilization:.0%} ({current} of {budget} tokens) is at or above "
-        f"{WARN_UTILIZATION:.0%}" + (f"; removed {', '.join(removed)}" if removed else "")
+        f"{WARN_UTILIZATION:.0%}"
+        + (f"; removed {', '.join(removed)}" if removed else "")
+        + (f"; degraded {', '.join(degraded)}" if degraded else "")
         if utilization >= WARN_UTILIZATION
         else None
     )
@@ -360,7 +412,18 @@ def fit_to_budget(
         sections_removed=removed,
         detections_shortened="detections" in shortened,
         warning=warning,
-        static_prefix=STATIC_SYSTEM_PROMPT,
+        static_prefix=system,
         sections_shortened=shortened,
         static_tokens=static_tokens,
+        degraded=degraded,
     )
+
+
+def prompt_floor(sections: Sequence[Section], camera_profile_text: str, counter: TokenCounter) -> int:
+    """Tokens of the prompt's floor for these sections: every removal, shortening and degradation step taken
+    (what `fit_to_budget` sends when nothing more can go)."""
+    try:
+        fitted = fit_to_budget(sections, camera_profile_text, 1, counter)
+    except PromptTooLarge as exc:
+        return exc.minimum_tokens
+    return fitted.tokens_after  # pragma: no cover - a prompt of one token

@@ -37,7 +37,9 @@ _SECTION_LIST = f"{SECTION_TITLES[SECTION_KEYS[0]]} (always), and when available
     SECTION_TITLES[key] for key in SECTION_KEYS[1:]
 )
 
-STATIC_SYSTEM_PROMPT = (
+# The instructions, then the worked examples: together the static system message of every batch. Only a batch that
+# cannot fit its slot otherwise is sent the instructions alone (core/budget.py DEGRADATION_ORDER, "worked_examples").
+STATIC_INSTRUCTIONS = (
     """\
 You are a home-security risk analyst. You receive ONE batch of detections from ONE camera (up to 90 seconds of \
 activity) with the outputs of vision models, and you return ONE JSON risk assessment.
@@ -90,7 +92,9 @@ Return only one JSON object, no prose and no code fences. Fields:
 - recommended_action (optional): str
 - confidence_factors (optional): {"detection_quality": "high" | "medium" | "low", "weather_impact": "none" | \
 "minor" | "significant", "enrichment_coverage": "full" | "partial" | "minimal"}
-
+"""
+)
+STATIC_EXAMPLES = """
 # Examples (abridged)
 1. Afternoon, front door: "person" 0.94 for 40 s, caption "a delivery driver in a uniform puts a box by the door", \
 profile expects parcel carriers.
@@ -110,11 +114,13 @@ known dog, brief. Inferred: routine."}
 "Observed: a weapon in a caption and a high violence score. Inferred: active danger.", "recommended_action": \
 "Call emergency services."}
 """
-)
+STATIC_SYSTEM_PROMPT = STATIC_INSTRUCTIONS + STATIC_EXAMPLES
 
 PROFILE_TITLE = "Camera context"
 NO_PROFILE_TEXT = "No profile for this camera: judge what is normal from the data alone.\n"
 USER_TAIL = "Assess this batch and return only the JSON object.\n"
+
+BRIEF_LABELS = 5  # labels named in the brief head of the detections (the floor); the rest are counted
 
 _FENCE_CHARS = str.maketrans({"<": "‹", ">": "›", "`": "'"})
 
@@ -149,6 +155,7 @@ class Section:
     items: tuple[SectionItem, ...] = field(default=())
     noun: str = "items"
     omitted: int = 0
+    brief_head: str = ""  # the head at the prompt's floor (DEGRADATION_ORDER); empty = the head itself
 
     @classmethod
     def from_items(cls, key: str, head: str, items: Sequence[SectionItem], noun: str) -> Section:
@@ -173,6 +180,11 @@ class Section:
         omitted = [item for i, item in enumerate(self.items) if i not in chosen]
         text = self.head + "".join(i.line for i in kept) + self.omission_line(omitted)
         return replace(self, text=text, items=(), omitted=len(omitted))
+
+    def headers_only(self, *, brief: bool = False) -> Section:
+        """Head and the count of every line (no line listed); `brief`: the brief head. From the unshortened section."""
+        head = (self.brief_head or self.head) if brief else self.head
+        return replace(self, text=head + self.omission_line(self.items), head=head, items=(), omitted=len(self.items))
 
 
 def block_prefix(section: Section) -> str:
@@ -208,11 +220,16 @@ def render_tail(removed: Sequence[str] = ()) -> str:
 
 
 def render_messages(
-    sections: Sequence[Section], camera_profile_text: str, *, removed: Sequence[str] = ()
+    sections: Sequence[Section],
+    camera_profile_text: str,
+    *,
+    removed: Sequence[str] = (),
+    system: str = STATIC_SYSTEM_PROMPT,
 ) -> list[dict]:
-    """OpenAI chat messages: the static system prompt, then camera context + sections + closing line."""
+    """OpenAI chat messages: the static system prompt (`STATIC_INSTRUCTIONS` alone only at the floor), then camera
+    context + sections + closing line."""
     user = render_profile_block(camera_profile_text) + "".join(render_block(s) for s in sections) + render_tail(removed)
-    return [{"role": "system", "content": STATIC_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 # ----------------------------------------------------------------------------------------------- building
@@ -249,9 +266,16 @@ def _detections_section(ctx: EnrichedContext) -> Section:
             f"time: {d.local_start} to {d.local_end[11:] if d.local_end else ''} {d.timezone} ({d.span_s:g} s), "
             f"{d.time_of_day}{light}{', dark' if d.is_dark else ''}"
         )
+    brief = list(head)  # the floor keeps who, when, what (the top labels) and how sure: bounded whatever the batch
     if d.by_label:
+        confidence = f"confidence: min {_c(d.confidence_min)}, mean {_c(d.confidence_mean)}, max {_c(d.confidence_max)}"
         head.append("labels: " + ", ".join(f"{q(k, 64)} {n}" for k, n in d.by_label.items()))
-        head.append(f"confidence: min {_c(d.confidence_min)}, mean {_c(d.confidence_mean)}, max {_c(d.confidence_max)}")
+        head.append(confidence)
+        top = sorted(d.by_label.items(), key=lambda kv: -kv[1])[:BRIEF_LABELS]
+        rest = len(d.by_label) - len(top)
+        more = f", {rest} more labels" if rest else ""
+        brief.append("labels: " + ", ".join(f"{q(k, 64)} {n}" for k, n in top) + more)
+        brief.append(confidence)
     if d.zones:
         head.append("zones: " + ", ".join(f"{q(k, 64)} {n}" for k, n in list(d.zones.items())[:15]))
     if d.tracks:
@@ -287,7 +311,8 @@ def _detections_section(ctx: EnrichedContext) -> Section:
             item.confidence,
         )
         items.append(SectionItem(line, rank, q(item.label, 64)))
-    return Section.from_items("detections", "".join(line + "\n" for line in head), items, "detections")
+    section = Section.from_items("detections", "".join(line + "\n" for line in head), items, "detections")
+    return replace(section, brief_head="".join(line + "\n" for line in brief))
 
 
 def _scene_section(ctx: EnrichedContext) -> Section | None:

@@ -8,6 +8,8 @@ without it they fall back to what is true for the production model and say so.
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -68,6 +70,110 @@ def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
             )
         )
     return findings
+
+
+# The representative rich batch: 8 detections on 4 tracks (three people and a car), every enrichment type, and as
+# many Florence regions per detection as the prompt shows (8).
+PROBE_LABELS = ("person", "person", "person", "car")
+PROBE_REGIONS = 8
+
+
+def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, str], list[Finding]]:
+    """Camera id -> profile text the prompt carries (CAMERA_CONTEXT_PATH), or one camera without a profile."""
+    from hsi_dagster.core.camera_profiles import camera_profile_text
+    from hsi_dagster.settings import load_camera_profiles
+
+    if settings.CAMERA_CONTEXT_PATH:
+        try:
+            profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH)
+        except Exception as exc:
+            problem = Finding("warning", "CAMERA_CONTEXT_PATH", f"{exc}; the prompt floor is computed without profiles")
+            return {"camera_without_profile": ""}, [problem]
+        if profiles:
+            return {camera: camera_profile_text(profile) for camera, profile in profiles.items()}, []
+    return {"camera_without_profile": ""}, []
+
+
+def _prompt_floor(settings: HsiSettings) -> list[Finding]:
+    """Whether every batch can be assessed with these settings: the prompt's floor (core/budget.py: every section
+    removed, the rest degraded, the static instructions without their examples) of a representative batch on each
+    profiled camera, against the budget CTX_SIZE / PARALLEL - output - margin scaled by PROMPT_TOKEN_RATIO. Over it,
+    batches are not assessed and alert; a batch that needs the worked examples dropped loses the cached prefix."""
+    from hsi_dagster.core.budget import WORKED_EXAMPLES, PromptTooLarge, TokenCounter, fit_to_budget, prompt_floor
+    from hsi_dagster.core.enrichment import build_context
+    from hsi_dagster.core.prompt import build_sections
+    from hsi_dagster.synthetic.batches import synthetic_batch
+
+    budget = settings.fallback_prompt_budget
+    if budget <= 0:
+        return []  # _slot_budget reports it
+    ratio = settings.PROMPT_TOKEN_RATIO
+    estimate_budget = int(budget / ratio)
+    counter = TokenCounter()
+    floors: dict[str, int] = {}
+    degraded: dict[str, list[str]] = {}
+    profiles, problems = _probe_profiles(settings)
+    for camera, profile in profiles.items():
+        batch, detections = synthetic_batch(
+            random.Random(f"config-check|{camera}"), camera_id=camera, n_detections=8, track_labels=PROBE_LABELS
+        )
+        for detection in detections:
+            florence = detection["enrichment"]["florence"]
+            florence["regions"] = [
+                {"label": "object", "caption": f"{florence['caption']}, detail {i}", "bbox": [0.1, 0.1, 0.5, 0.5]}
+                for i in range(PROBE_REGIONS)
+            ]
+        context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
+        sections = build_sections(context)
+        floors[camera] = prompt_floor(sections, profile, counter)
+        try:
+            degraded[camera] = fit_to_budget(sections, profile, estimate_budget, counter).degraded
+        except PromptTooLarge:
+            degraded[camera] = ["floor"]
+    worst = max(floors, key=floors.__getitem__)
+    floor = floors[worst]
+    served_floor = math.ceil(floor * ratio)
+    detail = (
+        f"the smallest prompt a batch can be sent (its floor: static instructions without the worked examples, camera "
+        f"profile of {worst!r}, the detections header) is {floor} cl100k tokens x PROMPT_TOKEN_RATIO {ratio} = "
+        f"{served_floor}; the budget is CTX_SIZE / PARALLEL - NEMOTRON_MAX_OUTPUT_TOKENS - PROMPT_SAFETY_MARGIN_TOKENS "
+        f"= {settings.slot_context} - {settings.NEMOTRON_MAX_OUTPUT_TOKENS} - {settings.PROMPT_SAFETY_MARGIN_TOKENS} "
+        f"= {budget}"
+    )
+    if served_floor > budget:
+        needed_slot = served_floor + settings.NEMOTRON_MAX_OUTPUT_TOKENS + settings.PROMPT_SAFETY_MARGIN_TOKENS
+        return problems + [
+            Finding(
+                "error",
+                "CTX_SIZE",
+                f"{detail}: batches cannot be assessed (they alert unassessed); raise CTX_SIZE to at least "
+                f"{needed_slot * settings.PARALLEL} or lower PARALLEL, NEMOTRON_MAX_OUTPUT_TOKENS or "
+                "PROMPT_SAFETY_MARGIN_TOKENS (or shorten the camera profile)",
+            )
+        ]
+    examples_dropped = sorted(camera for camera, steps in degraded.items() if WORKED_EXAMPLES in steps)
+    if examples_dropped:
+        return problems + [
+            Finding(
+                "warning",
+                "CTX_SIZE",
+                f"{detail}: a batch of {len(PROBE_LABELS)} tracks with full enrichment on {examples_dropped[0]!r} "
+                "only fits without the worked examples of the static prompt (less accurate, and the server's prompt "
+                "cache misses it); raise CTX_SIZE or lower PARALLEL",
+            )
+        ]
+    if any(degraded.values()):
+        steps = sorted({step for steps in degraded.values() for step in steps})
+        return problems + [
+            Finding(
+                "warning",
+                "CTX_SIZE",
+                f"{detail}: a batch of {len(PROBE_LABELS)} tracks with full enrichment only fits with every enrichment "
+                f"section removed and its evidence cut to counts ({', '.join(steps)}); it is still assessed, on less; "
+                "raise CTX_SIZE or lower PARALLEL",
+            )
+        ]
+    return problems
 
 
 def _cache_types(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
@@ -184,6 +290,7 @@ def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None)
     findings = [
         *_refused(settings),
         *_slot_budget(settings, model_meta),
+        *_prompt_floor(settings),
         *_cache_types(settings, model_meta),
         *_draft(settings, model_meta),
         *_moe(settings, model_meta),

@@ -7,7 +7,13 @@ from datetime import datetime
 
 import duckdb
 
-from hsi_dagster.core.alerts import Alert, fast_path_unassessed_alert, risk_alert
+from hsi_dagster.core.alerts import (
+    PROMPT_TOO_LARGE,
+    Alert,
+    fast_path_unassessed_alert,
+    prompt_too_large_alert,
+    risk_alert,
+)
 
 
 def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:
@@ -20,7 +26,15 @@ def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | No
 
 
 def unassessed_fast_path_alert(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:
-    """The alert for a fast-path batch that has no valid assessment, if the batch is one."""
+    """The alert for a fast-path batch that has no valid assessment, if the batch is one; for any batch whose prompt
+    could not fit its slot even at its floor (status prompt_too_large), the alert saying so."""
+    too_large = conn.execute(
+        "SELECT b.camera_id, b.labels, r.error FROM detection_batches b JOIN risk_assessments r USING (batch_id)"
+        " WHERE b.batch_id = ? AND r.status = ?",
+        [batch_id, PROMPT_TOO_LARGE],
+    ).fetchone()
+    if too_large is not None:
+        return prompt_too_large_alert(batch_id, too_large[0], too_large[1] or [], too_large[2])
     row = conn.execute(
         "SELECT b.camera_id, b.labels FROM detection_batches b WHERE b.batch_id = ? AND b.close_reason = 'fast_path'"
         " AND NOT EXISTS (SELECT 1 FROM risk_assessments r WHERE r.batch_id = b.batch_id AND r.status = 'ok')",

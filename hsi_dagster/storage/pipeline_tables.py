@@ -73,6 +73,7 @@ def save_prompt(
     utilization: float,
     sections_removed: list[str],
     static_prefix_sha256: str,
+    prompt_degraded: list[str] | None = None,
 ) -> None:
     _replace(
         conn,
@@ -87,6 +88,7 @@ def save_prompt(
             "context_utilization": utilization,
             "sections_removed": list(sections_removed),
             "static_prefix_sha256": static_prefix_sha256,
+            "prompt_degraded": list(prompt_degraded or []),
             "created_at": _now(),
         },
     )

@@ -38,3 +38,24 @@ def test_model_checks_read_the_gguf_given(tmp_path, capsys):
     env.write_text("PARALLEL=2\nCTX_SIZE=32768\n")
     code, out = hsi_config_check(capsys, env, "--model", str(bundled_smollm2_path()))
     assert code == 0 and "WARNING CTX_SIZE: 16384 tokens per slot exceed the model's training context (8192)" in out
+
+
+def test_settings_that_leave_batches_unassessed_are_an_error(tmp_path, capsys, monkeypatch):
+    """Issue #15 item 10: `hsi config check` computes the prompt's floor against the budget. The settings of the
+    issue (8192 / 2) are reported (rich batches are degraded); smaller ones, where not even the floor fits, fail."""
+    for name in (
+        "CTX_SIZE",
+        "PARALLEL",
+        "NEMOTRON_MAX_OUTPUT_TOKENS",
+        "PROMPT_SAFETY_MARGIN_TOKENS",
+        "CAMERA_CONTEXT_PATH",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    env = tmp_path / "hsi.env"
+    env.write_text("MODEL_PATH=/models/m.gguf\nCTX_SIZE=8192\nPARALLEL=2\n")
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 0 and "WARNING CTX_SIZE: the smallest prompt a batch can be sent" in out and "florence_lines" in out
+    env.write_text("MODEL_PATH=/models/m.gguf\nCTX_SIZE=6144\nPARALLEL=2\n")
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 1 and "ERROR   CTX_SIZE: the smallest prompt a batch can be sent" in out
+    assert "batches cannot be assessed (they alert unassessed); raise CTX_SIZE to at least" in out

@@ -17,7 +17,14 @@ from hsi_dagster.core.budget import (
     prompt_budget,
 )
 from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.prompt import BLOCK_SUFFIX, STATIC_SYSTEM_PROMPT, block_prefix, build_sections, render_messages
+from hsi_dagster.core.prompt import (
+    BLOCK_SUFFIX,
+    STATIC_INSTRUCTIONS,
+    STATIC_SYSTEM_PROMPT,
+    block_prefix,
+    build_sections,
+    render_messages,
+)
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.synthetic.batches import synthetic_batch
 
@@ -180,7 +187,7 @@ def test_utilization_and_warning(counter):
 
 def test_prompt_too_large_names_batch_and_numbers(counter):
     batch_id, sections = sections_for()
-    static = counter.count_static(STATIC_SYSTEM_PROMPT)
+    static = counter.count_static(STATIC_INSTRUCTIONS)  # below the floor (tests/core/test_prompt_degradation.py)
     with pytest.raises(PromptTooLarge) as info:
         fit_to_budget(sections, PROFILE, static, counter, batch_id=batch_id)
     error = info.value

@@ -30,7 +30,9 @@ def test_per_slot_context_must_hold_prompt_and_output():
     # 7168 / 2 = 3584 per slot - 1536 output - 256 margin = 1792 tokens: below 2 x the minimal prompt
     tight = findings(CTX_SIZE=7168)["CTX_SIZE"]
     assert tight.level == "warning" and "1792 prompt tokens" in tight.message
-    assert "CTX_SIZE" not in findings(CTX_SIZE=8192)  # 2304 tokens
+    # 8192 / 2: 2304 tokens hold a rich batch only with its evidence cut to counts (issue #15 item 10)
+    assert findings(CTX_SIZE=8192)["CTX_SIZE"].level == "warning"
+    assert "CTX_SIZE" not in findings(CTX_SIZE=12288)
     broken = findings(CTX_SIZE=7168, PROMPT_SAFETY_MARGIN_TOKENS=1600)["CTX_SIZE"]
     assert broken.level == "error"
 
@@ -112,3 +114,32 @@ def test_errors_come_first():
     result = check_config(settings)
     assert {f.level for f in result} == {"error", "warning", "info"}
     assert [f.level for f in result] == sorted((f.level for f in result), key=["error", "warning", "info"].index)
+
+
+def test_the_prompt_floor_against_the_budget():
+    """Issue #15 item 10: which settings leave a batch unassessable (its floor does not fit) or degraded."""
+    error = findings(CTX_SIZE=6144)["CTX_SIZE"]  # 3072 - 1536 - 256 = 1280 served tokens: below the floor
+    assert error.level == "error" and "cannot be assessed" in error.message
+    assert "= 3072 - 1536 - 256 = 1280" in error.message and "raise CTX_SIZE to at least" in error.message
+    needed = int(error.message.split("raise CTX_SIZE to at least ")[1].split()[0])
+    assert findings(CTX_SIZE=needed)["CTX_SIZE"].level == "warning"  # the floor fits: assessed, degraded
+    assert findings(CTX_SIZE=needed - 2)["CTX_SIZE"].level == "error"
+    # a long output reserve is the same as a small context
+    assert findings(CTX_SIZE=8192, NEMOTRON_MAX_OUTPUT_TOKENS=2500)["CTX_SIZE"].level == "error"
+    degraded = findings(CTX_SIZE=8192)["CTX_SIZE"]
+    assert "florence_lines" in degraded.message and "still assessed" in degraded.message
+
+
+def test_the_floor_is_taken_on_the_longest_camera_profile(tmp_path):
+    profiles = tmp_path / "cameras.yaml"
+    note = "the side gate is used by the gardener on weekday mornings and by the residents at weekends"
+    notes = "\n".join(f"      - note {i}, {note}" for i in range(20))
+    profiles.write_text(
+        f"cameras:\n  gate:\n    description: side gate\n    notes:\n{notes}\n  porch:\n    description: x\n"
+    )
+    plain = findings(CTX_SIZE=7000)["CTX_SIZE"]
+    long_profile = findings(CTX_SIZE=7000, CAMERA_CONTEXT_PATH=str(profiles))["CTX_SIZE"]
+    assert plain.level == "warning" and long_profile.level == "error" and "'gate'" in long_profile.message
+    profiles.write_text("cameras:\n  gate:\n    notes:\n      - a: b\n")
+    unreadable = findings(CTX_SIZE=7000, CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"]
+    assert unreadable.level == "warning" and "computed without profiles" in unreadable.message
