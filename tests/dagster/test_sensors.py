@@ -1,7 +1,10 @@
-"""batch_window_sensor and inbox_sensor on real DuckDB files and a real (ephemeral) Dagster instance."""
+"""batch_window_sensor and inbox_sensor (loads files in the tick, then plans windows) on real DuckDB files and a real
+(ephemeral) Dagster instance."""
 
+import os
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import dagster as dg
@@ -9,8 +12,10 @@ import pytest
 
 from hsi_dagster import sensors
 from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.resources import HsiDuckDBResource
-from hsi_dagster.sensors import batch_window_sensor, inbox_sensor
+from hsi_dagster.sensors import InboxCursor, batch_window_sensor, inbox_sensor
+from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
 
@@ -133,17 +138,116 @@ def test_no_database_yet_is_a_skip_not_an_error(instance, tmp_path):
     assert result.run_requests == [] and "no database" in (result.skip_message or "")
 
 
-def test_inbox_sensor_requests_each_file_once_also_after_restart(instance, tmp_path):
+def loaded_ids(db: str) -> list[str]:
+    with HsiDuckDBResource(database=db).get_connection(read_only=True) as conn:
+        return sorted(row[0] for row in conn.execute("SELECT detection_id FROM detections").fetchall())
+
+
+def materialized_files(result) -> list[str]:
+    return [Path(p).name for event in result.asset_events for p in event.metadata["files"].value]
+
+
+def test_inbox_sensor_loads_each_file_once_in_the_tick_also_after_restart(instance, tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    (inbox / "a.jsonl").write_text(detection("x1", "cam", hours_ago(1)) + "\n")
+    db = str(tmp_path / "db.duckdb")
+    (inbox / "a.jsonl").write_text(detection("x1", "cam", hours_ago(1)) + "\n" + '{"camera_id": "cam"}\n')
     (inbox / ".b.jsonl.part").write_text("partial")  # still being written: ignored
+    res = resources(db, HSI_INBOX_DIR=str(inbox))
+    first = sensor_tick(inbox_sensor, instance, res, None)
+    assert first.run_requests == [] or all(r.job_name == "batch_pipeline" for r in first.run_requests)
+    [event] = first.asset_events
+    assert event.asset_key == dg.AssetKey("detections")
+    assert materialized_files(first) == ["a.jsonl"]
+    assert event.metadata["loaded"].value == 1 and event.metadata["quarantined"].value == 1
+    assert loaded_ids(db) == ["x1"]
+    again = sensor_tick(inbox_sensor, instance, res, first.cursor)
+    assert again.asset_events == []
+    (inbox / "c.jsonl").write_text(detection("x2", "cam", hours_ago(1)) + "\n")
+    restarted = sensor_tick(inbox_sensor, instance, res, first.cursor)  # the daemon restarts with the stored cursor
+    assert materialized_files(restarted) == ["c.jsonl"]
+    assert loaded_ids(db) == ["x1", "x2"]
+
+
+def test_inbox_tick_that_died_midway_loses_and_repeats_nothing(instance, tmp_path):
+    """The tick loaded the files but died before its cursor was stored: the next tick, from the old cursor,
+    reads them again and loads nothing twice (`ingested_files`); a file that changed is loaded again."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    db = str(tmp_path / "db.duckdb")
+    (inbox / "a.jsonl").write_text(detection("x1", "cam", hours_ago(1)) + "\n")
+    (inbox / "b.jsonl").write_text(detection("x2", "cam", hours_ago(1)) + "\n")
+    res = resources(db, HSI_INBOX_DIR=str(inbox))
+    sensor_tick(inbox_sensor, instance, res, None)  # its cursor is lost
+    redo = sensor_tick(inbox_sensor, instance, res, None)
+    [event] = redo.asset_events
+    assert event.metadata["loaded"].value == 0 and event.metadata["already_ingested"].value == 2
+    assert loaded_ids(db) == ["x1", "x2"]
+    with (inbox / "b.jsonl").open("a") as out:  # appended to: a new version of the file
+        out.write(detection("x3", "cam", hours_ago(1)) + "\n")
+    grown = sensor_tick(inbox_sensor, instance, res, redo.cursor)
+    assert materialized_files(grown) == ["b.jsonl"] and grown.asset_events[0].metadata["loaded"].value == 1
+    assert loaded_ids(db) == ["x1", "x2", "x3"]
+
+
+def test_inbox_file_over_the_tick_bound_goes_to_an_ingest_run(instance, tmp_path, monkeypatch):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    big = inbox / "bulk.jsonl"
+    big.write_text("\n".join(detection(f"b{n}", "cam", hours_ago(1)) for n in range(50)) + "\n")
+    monkeypatch.setattr(sensors, "INBOX_MAX_BYTES_PER_TICK", big.stat().st_size - 1)
     res = resources(str(tmp_path / "db.duckdb"), HSI_INBOX_DIR=str(inbox))
     first = sensor_tick(inbox_sensor, instance, res, None)
-    assert len(first.run_requests) == 1
-    config = first.run_requests[0].run_config
-    assert config["ops"]["detections"]["config"]["paths"] == [str((inbox / "a.jsonl").resolve())]
+    [request] = first.run_requests
+    assert request.job_name == "ingest_detections"
+    assert request.run_config["ops"]["detections"]["config"]["paths"] == [str(big.resolve())]
+    assert first.asset_events == []
     assert sensor_tick(inbox_sensor, instance, res, first.cursor).run_requests == []
-    (inbox / "c.jsonl").write_text(detection("x2", "cam", hours_ago(1)) + "\n")
-    restarted = sensor_tick(inbox_sensor, instance, res, first.cursor)
-    assert [r.run_key.split(":")[0] for r in restarted.run_requests] == ["c.jsonl"]
+
+
+def test_inbox_sensor_plans_windows_only_up_to_the_oldest_file_not_yet_loaded(instance, tmp_path, monkeypatch):
+    """One file per tick (bound): a closed window whose later detection waits in the second file is not decided
+    in the first tick (it would be split), but in the tick that loads that file, with its partition added."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    db = str(tmp_path / "db.duckdb")
+    start = datetime.now(UTC) - timedelta(seconds=120)
+    first_file, second_file = inbox / "1.jsonl", inbox / "2.jsonl"
+    first_file.write_text(detection("w-a", "porch", start) + "\n")
+    second_file.write_text(detection("w-b", "porch", start + timedelta(seconds=20)) + "\n")
+    written = start.timestamp() + 21  # the second file was written right after its detection
+    os.utime(first_file, (start.timestamp() + 1, start.timestamp() + 1))
+    os.utime(second_file, (written, written))
+    monkeypatch.setattr(sensors, "INBOX_MAX_FILES_PER_TICK", 1)
+    res = resources(db, HSI_INBOX_DIR=str(inbox))
+    first = sensor_tick(inbox_sensor, instance, res, None)
+    assert materialized_files(first) == ["1.jsonl"]
+    assert first.run_requests == []  # w-a alone looks closed (idle 30 s) but 2.jsonl is older than its close
+    second = sensor_tick(inbox_sensor, instance, res, first.cursor)
+    assert materialized_files(second) == ["2.jsonl"]
+    [request] = second.run_requests
+    assert request.job_name == "batch_pipeline" and request.run_key == request.partition_key
+    assert instance.get_dynamic_partitions("batches") == [request.partition_key]
+    with HsiDuckDBResource(database=db).get_connection(read_only=True) as conn:
+        [batch] = pending_closed_batches(
+            conn, BatchRules.from_settings(res["pipeline_settings"].get()), datetime.now(UTC)
+        )
+    assert batch.batch_id == request.partition_key and set(batch.detection_ids) == {"w-a", "w-b"}
+    assert sensor_tick(inbox_sensor, instance, res, second.cursor).run_requests == []
+
+
+def test_batch_window_sensor_leaves_windows_to_the_inbox_sensor_when_the_inbox_exists(instance, tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    db = str(tmp_path / "db.duckdb")
+    ingest_lines(db, closed_windows(["cam1"], 1, start=hours_ago(1)))
+    res = resources(db, HSI_INBOX_DIR=str(inbox))
+    skipped = sensor_tick(batch_window_sensor, instance, res, None)
+    assert skipped.run_requests == [] and "inbox_sensor" in (skipped.skip_message or "")
+    planned = sensor_tick(inbox_sensor, instance, res, None)
+    assert [r.tags["hsi/camera"] for r in planned.run_requests] == ["cam1"]
+
+
+def test_inbox_cursor_of_the_run_per_file_sensor_is_read():
+    old = dg.serialize_value({"/in/a.jsonl": "10:5"})
+    assert InboxCursor.from_json(old).files == {"/in/a.jsonl": "10:5"}

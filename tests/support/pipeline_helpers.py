@@ -60,7 +60,9 @@ def resources(
     alert_webhook_url: str | None = None,
     **settings_overrides: str,
 ) -> dict:
-    """Resources configured as `definitions.build_resources` does, from test settings (no settings file)."""
+    """Resources configured as `definitions.build_resources` does, from test settings (no settings file). The inbox
+    defaults to a folder beside the database that does not exist (the relative default depends on the cwd)."""
+    settings_overrides.setdefault("HSI_INBOX_DIR", os.path.join(os.path.dirname(db_path), "inbox"))
     settings = load_settings(
         os.devnull,
         **{"NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256", "CTX_SIZE": "8192"},
