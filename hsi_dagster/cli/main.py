@@ -95,8 +95,20 @@ def cmd_batches(args: argparse.Namespace) -> int:
                 f"  {row['close_reason']:<9} {len(row['detection_ids'])} detections"
             )
     if not args.json:
+        closed = [row["batch_id"] for row in rows if row["state"] != "open"]
+        if closed:
+            print(materialize_hint(closed[0]))
         print(f"{len(rows)} batches as of {as_of.isoformat()}")
     return 0
+
+
+def materialize_hint(batch_id: str) -> str:
+    """The command that materializes one batch partition from the Dagster CLI, ready to paste (#16)."""
+    return (
+        "batch_id = Dagster partition key (closed batches are registered by `hsi ingest`, the batch sensor or "
+        "`hsi process`); materialize the first with:\n"
+        f"  dagster asset materialize -m hsi_dagster.definitions --select group:pipeline --partition {batch_id}"
+    )
 
 
 def cmd_process(args: argparse.Namespace) -> int:
