@@ -72,6 +72,7 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
             fallback_total_slots=settings.PARALLEL,
             fallback_slot_context=settings.slot_context,
+            slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
         ),
         "enrichment": enrichment_resource(settings),
         "alert_webhook": AlertWebhookResource(

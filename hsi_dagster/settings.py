@@ -113,6 +113,9 @@ class HsiSettings(BaseSettings):
         32768, ge=1024, description="Compact JSON bytes of enrichment; over = its largest keys dropped."
     )
     QUARANTINE_RAW_MAX_CHARS: int = Field(4096, ge=64, description="Characters of a bad line kept in quarantine.raw.")
+    HSI_SLOT_LEASE_DIR: str | None = Field(
+        None, description="Lock files that bound LLM requests across processes; unset = <temp dir>/hsi-llm-slots."
+    )
 
     # --- enrichment and prompts ---
     ENRICHMENT_QUALITY_LEVEL: QualityLevel = "full"
@@ -191,6 +194,7 @@ class HsiSettings(BaseSettings):
         "ALERT_WEBHOOK_URL",
         "DRAFT_MODEL_PATH",
         "OVERRIDE_TENSOR",
+        "HSI_SLOT_LEASE_DIR",
         mode="before",
     )
     @classmethod

@@ -80,6 +80,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
         fallback_total_slots=settings.PARALLEL,
         fallback_slot_context=settings.slot_context,
+        slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
     )
 
     def show(result: ScenarioResult) -> None:

@@ -5,7 +5,8 @@ It composes the parts that each have one job:
 - `transport`: httpx, timeouts, retries with back-off on connection errors/timeouts/5xx, errors naming the
   endpoint and never the API key;
 - `slots`: what this process knows about each server (the slot limiter that keeps completions in flight at or
-  below the server's slots across every thread and client, the cached readiness, the schema-probe verdict);
+  below the server's slots across every thread and client, the cached readiness, the schema-probe verdict) and the
+  cross-process slot lease every completion holds, so all processes together stay within the server's slots;
 - `openai_compat`: the fallback for OpenAI-compatible servers without /props (vLLM).
 `ensure_ready` (health, per-slot context, JSON-schema enforcement probe) runs once per process per base URL.
 """
@@ -36,6 +37,8 @@ from hsi_dagster.llm.slots import (
     TOKENS_NONE,
     TOKENS_OPENAI,
     ServerInfo,
+    ServerSlot,
+    SlotLease,
     SlotLimiter,
     reset_server_cache,
     slot_free_count,
@@ -85,6 +88,7 @@ class LlamaClient:
         transport: httpx.BaseTransport | None = None,
         fallback_total_slots: int | None = None,
         fallback_slot_context: int | None = None,
+        slot_lease_dir: str | None = None,  # HSI_SLOT_LEASE_DIR; None = slots.default_lease_dir()
     ) -> None:
         """fallback_*: only for OpenAI-compatible servers without /props (vLLM): slots in flight, and the context
         when /v1/models lacks max_model_len."""
@@ -103,6 +107,7 @@ class LlamaClient:
         self._compat = OpenAICompat(
             self._transport, self._state, total_slots=fallback_total_slots, slot_context=fallback_slot_context
         )
+        self.slot_lease_dir = slot_lease_dir
 
     def __repr__(self) -> str:  # never show the key
         return f"LlamaClient({self.base_url!r}, api_key={'***' if self._transport.has_api_key else None})"
@@ -127,6 +132,13 @@ class LlamaClient:
             limiter = self._state.size_limiter(self.server_info().total_slots)
             logger.debug("in-process limit for %s: %d request(s) in flight", self.base_url, limiter.size)
         return limiter
+
+    def _server_slot(self, *, limiter_held: bool) -> ServerSlot:
+        """What one completion holds: this process's limiter (unless the caller holds it) and one of the server's
+        cross-process leases, as many as the server has slots."""
+        limiter = self._slot_limiter()
+        lease = SlotLease(self.slot_lease_dir, self.base_url, limiter.size)
+        return ServerSlot(None if limiter_held else limiter, lease)
 
     # --- readiness and server facts ---------------------------------------------------------------------------------
     def wait_until_ready(self, timeout: float | None = None) -> None:
@@ -255,7 +267,8 @@ class LlamaClient:
     ) -> ChatResult:
         """One schema-constrained chat completion; `parsed` is the JSON object, or None with `parse_error`.
 
-        slot_reserved: the caller already holds one of this URL's process-wide slots (the router does).
+        slot_reserved: the caller already holds one of this URL's process-wide slots (the router does); the
+        cross-process lease is taken here either way.
         """
         body = chat_body(messages, schema, max_tokens=max_tokens, temperature=temperature, seed=seed)
         if self._state.api == API_OPENAI:
@@ -263,7 +276,7 @@ class LlamaClient:
         if extra:
             body.update(extra)
         where = self._transport.where("POST", "/v1/chat/completions")
-        slot = None if slot_reserved else self._slot_limiter()
+        slot = self._server_slot(limiter_held=slot_reserved)
         response = self._transport.request("POST", "/v1/chat/completions", json_body=body, slot=slot)
         reply = self._transport.parse_json(response, where)
         try:

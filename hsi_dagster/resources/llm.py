@@ -17,9 +17,11 @@ OpenAI-compatible servers (vLLM) have no /props: the slot count comes from `fall
 and CTX_SIZE / PARALLEL. The resource never reads settings itself: every value comes in as a field, the API key as
 `dg.EnvVar("LLAMA_API_KEY")` (the only secret).
 
-Concurrency: the client's semaphore caps requests in flight per server within one process; across runs and
-processes the Dagster concurrency pool (sized to the slots of all servers together) is what keeps the servers'
-slots from being oversubscribed.
+Concurrency: the client's semaphore caps requests in flight per server within one process, and every completion
+also holds one of the server's cross-process slot leases (lock files in `slot_lease_dir`, HSI_SLOT_LEASE_DIR), so
+every launch path at once (daemon, UI, backfill, CLI materialization, `hsi process`) stays within the server's
+slots. The Dagster `llama_slots` pool (run granularity) only gates the daemon's launches, so runs waiting for a slot
+wait in its queue rather than as processes.
 """
 
 import threading
@@ -52,6 +54,8 @@ class LlamaServerResource(dg.ConfigurableResource):
     # Several URLs: how long a server that is down sits out (doubling per failure up to the maximum).
     cooldown_seconds: float = COOLDOWN_SECONDS
     max_cooldown_seconds: float = MAX_COOLDOWN_SECONDS
+    # Where the cross-process slot leases live (HSI_SLOT_LEASE_DIR); None = the system temp dir's hsi-llm-slots.
+    slot_lease_dir: str | None = None
 
     _client: LlamaClient | None = PrivateAttr(default=None)
     _router: LlamaRouter | None = PrivateAttr(default=None)
@@ -75,6 +79,7 @@ class LlamaServerResource(dg.ConfigurableResource):
             "startup_timeout": float(self.startup_timeout_seconds),
             "fallback_total_slots": self.fallback_total_slots,
             "fallback_slot_context": self.fallback_slot_context,
+            "slot_lease_dir": self.slot_lease_dir,
         }
         kwargs.update(overrides)
         return kwargs

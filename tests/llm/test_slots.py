@@ -1,11 +1,16 @@
 """The process-wide slot limiter: never more completions in flight than the server has slots, across threads and
-clients; its bookkeeping; and the per-server state that reset_server_cache clears."""
+clients; its bookkeeping; the per-server state that reset_server_cache clears; and the cross-process slot lease
+(several real processes, a SIGKILLed holder, clients in two processes on the real server)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,7 +19,11 @@ from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.llm.slots import (
     SERVERS,
     ServerInfo,
+    ServerSlot,
+    SlotLease,
+    SlotLeaseError,
     SlotLimiter,
+    default_lease_dir,
     reset_server_cache,
     slot_free_count,
     slot_limiter,
@@ -149,3 +158,140 @@ def test_without_the_semaphore_the_server_queues(llama_server: RunningLlama) -> 
     assert statuses == [200] * (3 * parallel)
     assert watcher.max_processing == parallel
     assert watcher.max_deferred > 0
+
+
+# --- the cross-process slot lease -------------------------------------------------------------------------------------
+LEASE_URL = "http://127.0.0.1:18091"
+SPAWN = multiprocessing.get_context("spawn")  # fresh interpreters, as separate Dagster runs and CLIs are
+
+
+def _hold_leases(directory: str, size: int, rounds: int, holders, peak, lock, start) -> None:
+    """A separate process: take a lease `rounds` times, counting the holders (shared Values) while holding it."""
+    lease = SlotLease(directory, LEASE_URL, size)
+    start.wait(30)
+    for _ in range(rounds):
+        fd = lease.acquire(timeout=30)
+        assert fd is not None, "no lease within 30 s"
+        with lock:
+            holders.value += 1
+            peak.value = max(peak.value, holders.value)
+        time.sleep(0.03)
+        with lock:
+            holders.value -= 1
+        SlotLease.release(fd)
+
+
+def test_lease_never_has_more_holders_than_slots_across_processes(tmp_path: Path) -> None:
+    """6 processes x 5 rounds on 2 leases: at most 2 holders at any moment, and both leases are used."""
+    holders, peak, lock, start = SPAWN.Value("i", 0), SPAWN.Value("i", 0), SPAWN.Lock(), SPAWN.Event()
+    workers = [
+        SPAWN.Process(target=_hold_leases, args=(str(tmp_path), 2, 5, holders, peak, lock, start)) for _ in range(6)
+    ]
+    for worker in workers:
+        worker.start()
+    start.set()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0] * 6
+    assert peak.value == 2 and holders.value == 0
+    assert SlotLease(tmp_path, LEASE_URL, 2).held() == 0  # all given back
+
+
+def _hold_forever(directory: str, size: int, taken) -> None:
+    fd = SlotLease(directory, LEASE_URL, size).acquire(timeout=30)
+    assert fd is not None
+    taken.set()
+    time.sleep(600)
+
+
+def test_a_sigkilled_holder_frees_its_slot(tmp_path: Path) -> None:
+    """The kernel drops a dead process's flock: the slot comes back without any reclaim step."""
+    taken = SPAWN.Event()
+    holder = SPAWN.Process(target=_hold_forever, args=(str(tmp_path), 1, taken))
+    holder.start()
+    try:
+        assert taken.wait(30), "the holder did not get the lease"
+        lease = SlotLease(tmp_path, LEASE_URL, 1)
+        assert lease.held() == 1 and lease.try_acquire() is None
+        assert lease.acquire(timeout=0.2) is None  # a bounded wait gives up while it is held
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGKILL)
+        fd = lease.acquire(timeout=10)
+        assert fd is not None
+        SlotLease.release(fd)
+    finally:
+        holder.kill()
+        holder.join(10)
+
+
+def test_lease_files_are_per_url_and_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
+    one, other = SlotLease(tmp_path, LEASE_URL, 1), SlotLease(tmp_path, LEASE_URL + "/", 1)
+    assert one.path(0) == other.path(0) and one.path(0).name.startswith("127.0.0.1_18091-")
+    assert SlotLease(tmp_path, "http://127.0.0.1:18092", 1).path(0) != one.path(0)
+    fd = one.try_acquire()
+    assert fd is not None
+    got: list[int | None] = []
+    waiter = threading.Thread(target=lambda: got.append(other.acquire(timeout=5)))
+    waiter.start()
+    time.sleep(0.1)
+    assert not got  # another thread's open file: flock excludes it too
+    SlotLease.release(fd)
+    waiter.join(5)
+    assert got and got[0] is not None
+    SlotLease.release(got[0])
+    assert SlotLease(None, LEASE_URL, 1).directory == default_lease_dir()
+
+
+def test_unusable_lease_directory_names_the_setting_and_frees_the_limiter(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    limiter = SlotLimiter(1)
+    slot = ServerSlot(limiter, SlotLease(not_a_dir / "leases", LEASE_URL, 1))
+    with pytest.raises(SlotLeaseError, match="HSI_SLOT_LEASE_DIR"), slot:
+        pass
+    assert limiter.free == 1  # the in-process slot taken first was given back
+
+
+def test_server_slot_holds_limiter_and_lease_and_can_be_entered_again(tmp_path: Path) -> None:
+    limiter, lease = SlotLimiter(1), SlotLease(tmp_path, LEASE_URL, 1)
+    slot = ServerSlot(limiter, lease)
+    for _ in range(2):  # the transport enters it once per try
+        with slot:
+            assert limiter.free == 0 and lease.held() == 1
+        assert limiter.free == 1 and lease.held() == 0
+    with ServerSlot(None, lease):  # the router holds the limiter itself: only the lease here
+        assert limiter.free == 1 and lease.held() == 1
+
+
+def _client_burst(url: str, directory: str, threads: int, out) -> None:
+    """A separate process with its own client (its own in-process limiter): `threads` completions at once."""
+    with LlamaClient(url, slot_lease_dir=directory) as client:
+        client.ensure_ready()
+        with ThreadPoolExecutor(threads) as pool:
+            results = list(
+                pool.map(
+                    lambda i: client.chat_json(ask(f"event {os.getpid()} {i}"), LONG_SCHEMA, max_tokens=48, seed=i),
+                    range(threads),
+                )
+            )
+    out.put(sum(r.usage.completion_tokens > 0 for r in results))
+
+
+@llm
+def test_clients_in_separate_processes_share_the_servers_slots(llama_server: RunningLlama, tmp_path: Path) -> None:
+    """2 processes x PARALLEL threads: each process's limiter alone would allow 2 x PARALLEL in flight; with the
+    lease the server never has more than PARALLEL, so it defers (queues) nothing."""
+    parallel = llama_server.settings.PARALLEL
+    out = SPAWN.Queue()
+    workers = [
+        SPAWN.Process(target=_client_burst, args=(llama_server.url, str(tmp_path), parallel, out)) for _ in range(2)
+    ]
+    with ServerWatcher(llama_server.url) as watcher:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(180)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert sorted(out.get(timeout=5) for _ in workers) == [parallel, parallel]
+    assert watcher.max_processing == parallel
+    assert watcher.max_deferred == 0
