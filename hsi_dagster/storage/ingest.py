@@ -295,7 +295,7 @@ class _Loader:
         try:
             inserted = self._insert(_PY_ROWS, dedupe=len({d.detection_id for _, d in rows}) < len(rows), cuts=True)
         finally:
-            self.conn.unregister("_hsi_py_rows")
+            _unregister(self.conn, "_hsi_py_rows")
         self.report.loaded += inserted
         self.report.duplicates += len(rows) - inserted
         self.report.rescued += len(rows)
@@ -316,8 +316,16 @@ class _Loader:
                 self.params,
             )
         finally:
-            self.conn.unregister("_hsi_rejects")
+            _unregister(self.conn, "_hsi_rejects")
         self.report.quarantined += len(rejects)
+
+
+def _unregister(conn: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Unregister a view in a `finally`. In a transaction a failed statement aborted, unregistering fails too and
+    would hide the first error (the ConstraintException that makes `_transaction` redo a chunk with ON CONFLICT,
+    when a line the validator rescued re-sends an id the fast path just inserted); registering again replaces it."""
+    with suppress(duckdb.TransactionException):
+        conn.unregister(name)
 
 
 def storable_text(text: str) -> str:
