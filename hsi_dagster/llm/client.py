@@ -19,6 +19,7 @@ import time
 
 import httpx
 
+from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.errors import (
     LlamaRequestRejected,
     LlamaServerError,
@@ -211,7 +212,9 @@ class LlamaClient:
                 info = self._compat.detect_fallbacks(info)
             state.size_limiter(info.total_slots)
             if not state.schema_enforced:
-                self.verify_schema_enforcement()
+                if not probe_cache.passed(self.base_url, info):  # another process of the instance probed this server
+                    self.verify_schema_enforcement()
+                    probe_cache.record_pass(self.base_url, info)
                 state.schema_enforced = True
             state.info = info
             logger.info(

@@ -1,0 +1,89 @@
+"""The schema-enforcement probe's verdict, shared by the processes of one Dagster instance.
+
+Every daemon run is a new process, and `LlamaClient.ensure_ready` probes once per process: one extra completion
+per batch, 0.4-0.6 s on an idle server and 10-33 s under load (docs/live-path.md). Once a probe passes, a small
+file records it, keyed by what identifies the server: base URL, model path, `build_info`, slot count and API.
+Later processes that see the same server skip the probe; a different model, build or slot count (a restarted or
+replaced server) probes again, and a verdict older than MAX_AGE_SECONDS is probed again too.
+
+Where: HSI_PROBE_CACHE_DIR if set, else `$DAGSTER_HOME/storage/hsi-schema-probe` (the scope of one instance's
+runs); with neither, nothing is cached. Only a pass is recorded, and only for a server that reports its build.
+A file that cannot be read or written is a cache miss, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from hsi_dagster.llm.slots import ServerInfo
+
+logger = logging.getLogger(__name__)
+
+MAX_AGE_SECONDS = 24 * 3600.0
+DIR_ENV = "HSI_PROBE_CACHE_DIR"
+
+
+def cache_dir() -> Path | None:
+    """The folder of verdicts, or None when there is no place to share them."""
+    explicit = os.environ.get(DIR_ENV, "").strip()
+    if explicit:
+        return Path(explicit)
+    home = os.environ.get("DAGSTER_HOME", "").strip()
+    return Path(home) / "storage" / "hsi-schema-probe" if home else None
+
+
+def server_key(base_url: str, info: ServerInfo) -> dict[str, object] | None:
+    """What identifies the server the probe ran against; None if it does not report its build (not cached)."""
+    if not info.build_info:
+        return None
+    return {
+        "url": base_url.rstrip("/"),
+        "model": info.model,
+        "build_info": info.build_info,
+        "total_slots": info.total_slots,
+        "api": info.api,
+    }
+
+
+def _path(directory: Path, key: dict[str, object]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return directory / f"{digest}.json"
+
+
+def passed(base_url: str, info: ServerInfo, *, directory: Path | None = None, now: float | None = None) -> bool:
+    """True if a process of this instance saw the probe pass on this same server within MAX_AGE_SECONDS."""
+    directory = directory or cache_dir()
+    key = server_key(base_url, info)
+    if directory is None or key is None:
+        return False
+    try:
+        record = json.loads(_path(directory, key).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("key") != key:
+        return False
+    age = (time.time() if now is None else now) - float(record.get("passed_at", 0))
+    return 0 <= age <= MAX_AGE_SECONDS
+
+
+def record_pass(base_url: str, info: ServerInfo, *, directory: Path | None = None) -> Path | None:
+    """Write the verdict (atomically: a reader sees the old file or the new one); returns the file, if written."""
+    directory = directory or cache_dir()
+    key = server_key(base_url, info)
+    if directory is None or key is None:
+        return None
+    path = _path(directory, key)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps({"key": key, "passed_at": time.time()}, sort_keys=True))
+        os.replace(partial, path)
+    except OSError as exc:
+        logger.debug("schema probe verdict not cached in %s: %s", directory, exc)
+        return None
+    return path
