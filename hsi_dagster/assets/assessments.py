@@ -16,7 +16,13 @@ from hsi_dagster.assets.checks import (
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.core.assessment import OK, AssessmentOutcome, assess
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA
-from hsi_dagster.llm.client import ChatResult, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
+from hsi_dagster.llm.client import (
+    ChatResult,
+    LlamaRequestRejected,
+    LlamaServerNotRunning,
+    LlamaServerUnavailable,
+    SchemaNotEnforced,
+)
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
@@ -78,9 +84,11 @@ def risk_assessments(
         info = llm.ensure_ready()
         outcome = assess_on_server(llm, messages, settings.NEMOTRON_MAX_OUTPUT_TOKENS)
     except (LlamaServerUnavailable, SchemaNotEnforced) as exc:
-        # Nothing is written: the batch stays unassessed, the step is retried, and the sensor asks again later.
+        # Nothing is written: the batch stays unassessed and the sensor asks again later. The step is retried only
+        # when the server may answer within the retry delays: not when nothing listens at the URL (no retry storm).
         raise dg.Failure(
-            description=f"batch {batch_id}: {exc}", allow_retries=not isinstance(exc, SchemaNotEnforced)
+            description=f"batch {batch_id}: {exc}",
+            allow_retries=not isinstance(exc, (SchemaNotEnforced, LlamaServerNotRunning)),
         ) from exc
     except LlamaRequestRejected as exc:
         with duckdb.get_connection() as conn:

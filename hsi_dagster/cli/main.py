@@ -122,12 +122,15 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(f"  {run.batch_id}: {state} ({run.seconds:.1f}s, run {run.run_id[:8]})", flush=True)
 
     print(f"processing batches closed as of {as_of.isoformat()} (DAGSTER_HOME={os.environ.get('DAGSTER_HOME', '')})")
-    from hsi_dagster.cli.process import AlreadyRunning
+    from hsi_dagster.cli.process import AlreadyRunning, NoLlamaServer
 
     try:
         report = process(settings, as_of, workers=args.workers, on_result=show)
     except AlreadyRunning as exc:
         raise UsageError(str(exc)) from None
+    except NoLlamaServer as exc:
+        print(f"hsi process: {exc}", file=sys.stderr)
+        return 3
     print(f"{len(report.runs)} runs, {len(report.failed)} failed, in {report.seconds:.1f}s")
     if report.running_elsewhere:
         print(f"{len(report.running_elsewhere)} batches have a run queued or going elsewhere: left to it")

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.llm.options import short_model_name
-from hsi_dagster.storage.db import open_connection
+from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.metrics import (
     LATENCY_BUCKETS_SECONDS,
     UTILIZATION_BUCKETS,
@@ -150,11 +150,8 @@ class DuckDBMetricsCollector(Collector):
         figures: PipelineFigures | None = PipelineFigures()  # a fresh installation: nothing ingested, all zero
         if Path(self.db_path).exists():
             try:
-                conn = open_connection(self.db_path, read_only=True, wait_seconds=self.lock_wait_seconds)
-                try:
+                with connect(self.db_path, read_only=True, wait_seconds=self.lock_wait_seconds) as conn:
                     figures = read_pipeline_figures(conn, self.rules, now, model_name=short_model_name)
-                finally:
-                    conn.close()
             except duckdb.Error as exc:
                 # Publish nothing rather than zeros: a counter that drops to 0 reads as a reset to Prometheus.
                 print(f"hsi metrics: cannot read {self.db_path}: {exc}", file=sys.stderr, flush=True)

@@ -5,7 +5,7 @@ on the DAGSTER_HOME instance). Why not threads: Dagster's in-process execution i
 deadlocks). Why not one process per run (the daemon's default launcher): 2-3 s of start-up per batch. Why not more
 workers than slots: PARALLEL workers are what keeps this command to PARALLEL LLM calls (pools have run
 granularity, see dagster.yaml: they gate the daemon's launches, not in-process steps). DuckDB writes are short
-transactions that wait out each other's file lock.
+transactions, queued by the file lock of storage/db.py.
 
 Which batches, and when to try again: the batch-window sensor's policy (`core/batch_policy.choose_batches`), with
 no per-tick cap. Attempt state lives in the Dagster instance: every run of a batch's partition that failed since
@@ -14,6 +14,11 @@ its last successful one is an attempt, whoever launched it (this command, the se
 back-off before the next `hsi process` (or the sensor) tries it again, a batch with a run queued or going
 elsewhere is left to it, and one that used MAX_ATTEMPTS is given up by both. Runs of a killed `hsi process` are
 marked failed by the next one (`reclaim_orphans`) and so count as attempts too.
+
+No llama-server: before launching any run, `check_llm_answers` asks the server(s) once. Connection refused for a few
+seconds (nothing listens, nothing is starting) stops here with one message naming the URL and how to start a
+server, and no run is launched, so no attempt is spent and every batch stays pending for the next call. A server
+that answers 503 while loading its model is waited for, up to LLM_STARTUP_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -121,6 +126,35 @@ def batches_to_process(instance, settings: HsiSettings, as_of: datetime, now: fl
 
 
 SOURCE_TAG = {"hsi/source": "hsi process"}
+REFUSED_SECONDS = 3.0  # connection refused this long: no server is starting at the URL
+
+
+class NoLlamaServer(RuntimeError):
+    """No llama-server answers at LLAMA_SERVER_URL: no run was launched, the batches stay pending."""
+
+
+def check_llm_answers(settings: HsiSettings, pending: int) -> None:
+    """Return once one server of LLAMA_SERVER_URL is ready (waiting while it loads); raise NoLlamaServer when none
+    is: refused for REFUSED_SECONDS, not ready within LLM_STARTUP_TIMEOUT_SECONDS, or refusing the request."""
+    from hsi_dagster.llm.client import LlamaClient, LlamaServerError
+
+    problems = []
+    for url in settings.llm_urls:
+        with LlamaClient(
+            url,
+            api_key=settings.api_key,
+            startup_timeout=settings.LLM_STARTUP_TIMEOUT_SECONDS,
+            refused_timeout=REFUSED_SECONDS,
+        ) as client:
+            try:
+                client.wait_until_ready()
+                return
+            except LlamaServerError as exc:
+                problems.append(str(exc))
+    raise NoLlamaServer(
+        "; ".join(problems) + f". No run was launched: {pending} batches stay pending; run `hsi process` again once "
+        "the server answers"
+    )
 
 
 class AlreadyRunning(RuntimeError):
@@ -185,6 +219,7 @@ def _process_locked(instance, settings, as_of, started, workers, on_result) -> P
     if not batch_ids:
         report.seconds = time.perf_counter() - started
         return report
+    check_llm_answers(settings, len(batch_ids))
     existing = set(instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
     instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, [key for key in batch_ids if key not in existing])
     workers = workers or min(len(batch_ids), settings.PARALLEL)

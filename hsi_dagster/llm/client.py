@@ -21,8 +21,10 @@ import httpx
 
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.errors import (
+    START_HINT,
     LlamaRequestRejected,
     LlamaServerError,
+    LlamaServerNotRunning,
     LlamaServerUnavailable,
     SchemaNotEnforced,
     TokenCountUnavailable,
@@ -56,6 +58,7 @@ __all__ = [
     "LlamaClient",
     "LlamaRequestRejected",
     "LlamaServerError",
+    "LlamaServerNotRunning",
     "LlamaServerUnavailable",
     "SchemaNotEnforced",
     "ServerInfo",
@@ -84,6 +87,7 @@ class LlamaClient:
         read_timeout: float = 120.0,
         connect_timeout: float = 5.0,
         startup_timeout: float = 300.0,
+        refused_timeout: float | None = None,
         max_tries: int = 3,
         backoff_base: float = 0.5,
         transport: httpx.BaseTransport | None = None,
@@ -92,7 +96,11 @@ class LlamaClient:
         slot_lease_dir: str | None = None,  # HSI_SLOT_LEASE_DIR; None = slots.default_lease_dir()
     ) -> None:
         """fallback_*: only for OpenAI-compatible servers without /props (vLLM): slots in flight, and the context
-        when /v1/models lacks max_model_len."""
+        when /v1/models lacks max_model_len.
+
+        refused_timeout: how long readiness waits while the connection is REFUSED (nothing listens) before raising
+        LlamaServerNotRunning; None = startup_timeout (for callers that have just spawned the server). A server
+        that is up but loading (503) is waited for up to startup_timeout either way."""
         self._transport = Transport(
             base_url,
             api_key=api_key,
@@ -104,6 +112,7 @@ class LlamaClient:
         )
         self.base_url = self._transport.base_url
         self.startup_timeout = float(startup_timeout)
+        self.refused_timeout = self.startup_timeout if refused_timeout is None else float(refused_timeout)
         self._state = SERVERS.state(self.base_url)
         self._compat = OpenAICompat(
             self._transport, self._state, total_slots=fallback_total_slots, slot_context=fallback_slot_context
@@ -143,15 +152,18 @@ class LlamaClient:
 
     # --- readiness and server facts ---------------------------------------------------------------------------------
     def wait_until_ready(self, timeout: float | None = None) -> None:
-        """Poll GET /health until 200; 503 "Loading model" and connection refused mean wait (up to startup_timeout,
-        or `timeout` seconds: 0 = one probe). No /health (404, e.g. an OpenAI-compatible server): GET /v1/models."""
+        """Poll GET /health until 200; 503 "Loading model" means wait (up to startup_timeout, or `timeout` seconds:
+        0 = one probe). Connection refused for refused_timeout seconds raises LlamaServerNotRunning (nothing is
+        starting there: fail fast). No /health (404, e.g. an OpenAI-compatible server): GET /v1/models."""
         limit = self.startup_timeout if timeout is None else max(0.0, float(timeout))
-        deadline = time.monotonic() + limit
+        started = time.monotonic()
+        deadline = started + limit
+        refused_deadline = started + min(limit, self.refused_timeout)
         path = "/v1/models" if self._state.api == API_OPENAI else "/health"
         where = self._transport.where("GET", path)
         step = 0
         while True:
-            status, text = self._transport.probe(path, _READY_PROBE_SECONDS)
+            status, text, refused = self._transport.probe(path, _READY_PROBE_SECONDS)
             if status == 200:
                 logger.debug("%s: ready", where)
                 return
@@ -163,6 +175,12 @@ class LlamaClient:
             if status is not None and 400 <= status < 500:
                 raise LlamaRequestRejected(f"{where} was rejected with HTTP {status}: {text}", status=status)
             last_problem = text if status is None else f"HTTP {status}: {text}"
+            if refused and time.monotonic() >= refused_deadline:
+                waited = time.monotonic() - started
+                raise LlamaServerNotRunning(
+                    f"no llama-server at {self.base_url}: {where} was refused for {waited:.1f} s ({last_problem}); "
+                    f"{START_HINT}"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LlamaServerUnavailable(

@@ -14,6 +14,19 @@ class LlamaServerUnavailable(LlamaServerError):
     """Connection refused, timeouts or 5xx after all retries, or not ready within the start-up timeout."""
 
 
+START_HINT = (
+    "start one with `hsi llm serve` (the embedded llama.cpp server on 127.0.0.1:LLM_PORT) or the compose service "
+    "(`docker compose -f docker-compose.prod.yml up -d ai-llm`), or point LLAMA_SERVER_URL at a running server"
+)
+
+
+class LlamaServerNotRunning(LlamaServerUnavailable):
+    """Nothing listens at the URL (connection refused): no server is starting there, so waiting cannot help.
+
+    A server that is starting binds its port first and answers 503 while it loads the model: that is waited for.
+    """
+
+
 class LlamaRequestRejected(LlamaServerError):
     """The server answered 4xx: the request is wrong and retrying cannot help."""
 

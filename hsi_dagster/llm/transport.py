@@ -183,16 +183,17 @@ class Transport:
         """A scrubbed one-line excerpt of a reply, for error messages."""
         return self.scrub(excerpt(value if isinstance(value, str) else json.dumps(value), limit))
 
-    def probe(self, path: str, timeout: float) -> tuple[int | None, str]:
-        """One GET without retries, for readiness polling: (status, scrubbed body excerpt), or (None, the network
-        problem) when there was no answer. Other httpx errors (a bad URL) raise LlamaServerError."""
+    def probe(self, path: str, timeout: float) -> tuple[int | None, str, bool]:
+        """One GET without retries, for readiness polling: (status, scrubbed body excerpt, False), or (None, the
+        network problem, refused) when there was no answer; `refused` says the connection itself failed (nothing
+        listens there), as opposed to a timeout. Other httpx errors (a bad URL) raise LlamaServerError."""
         probe_timeout = httpx.Timeout(min(self.read_timeout, timeout), connect=self.connect_timeout)
         try:
             response = self._http.get(path, timeout=probe_timeout)
         except _RETRYABLE as exc:
-            return None, self.scrub(f"{type(exc).__name__}: {exc}")
+            return None, self.scrub(f"{type(exc).__name__}: {exc}"), isinstance(exc, httpx.ConnectError)
         except httpx.HTTPError as exc:
             raise LlamaServerError(
                 self.scrub(f"{self.where('GET', path)} failed: {type(exc).__name__}: {exc}")
             ) from None
-        return response.status_code, self.scrub(excerpt(response.text))
+        return response.status_code, self.scrub(excerpt(response.text)), False

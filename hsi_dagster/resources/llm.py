@@ -46,6 +46,8 @@ class LlamaServerResource(dg.ConfigurableResource):
     api_key: str | None = None  # the Bearer key: dg.EnvVar("LLAMA_API_KEY"), never a plain value
     read_timeout_seconds: float = 120
     startup_timeout_seconds: float = 300
+    # Connection refused this long = no server is starting at the URL: the run fails at once, naming it.
+    refused_timeout_seconds: float = 5
     max_output_tokens: int = 1536
     # Only for OpenAI-compatible servers without /props (vLLM): PARALLEL and CTX_SIZE / PARALLEL. None = such a
     # server is refused with a message saying what to configure.
@@ -77,6 +79,7 @@ class LlamaServerResource(dg.ConfigurableResource):
             "api_key": self.api_key or None,
             "read_timeout": float(self.read_timeout_seconds),
             "startup_timeout": float(self.startup_timeout_seconds),
+            "refused_timeout": float(self.refused_timeout_seconds),
             "fallback_total_slots": self.fallback_total_slots,
             "fallback_slot_context": self.fallback_slot_context,
             "slot_lease_dir": self.slot_lease_dir,

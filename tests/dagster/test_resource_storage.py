@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from hsi_dagster.resources import HsiDuckDBResource
-from hsi_dagster.storage.db import DatabaseNotFound
+from hsi_dagster.storage.db import DatabaseBusy, DatabaseNotFound, connect
 from hsi_dagster.storage.schema import LATEST_VERSION
 
 
@@ -61,18 +61,18 @@ def test_connection_config_reaches_duckdb(tmp_path: Path) -> None:
         assert conn.execute("SELECT current_setting('threads')").fetchone()[0] == 1
 
 
-def _hold_write_lock(path: str, seconds: float, holding) -> None:
-    """Child process: keep the file open read-write for `seconds` (DuckDB's lock is per process)."""
-    conn = duckdb.connect(path)
-    holding.set()
-    time.sleep(seconds)
-    conn.close()
+def _hold_write_lock(path: str, seconds: float, holding, raw: bool = False) -> None:
+    """Child process: keep the file open read-write for `seconds` (DuckDB's lock is per process), through
+    storage.db.connect (the lock-file protocol), or `raw`ly as a program outside it (the duckdb CLI) would."""
+    with duckdb.connect(path) if raw else connect(path):
+        holding.set()
+        time.sleep(seconds)
 
 
-def _lock_held_by_child(path: str, seconds: float):
+def _lock_held_by_child(path: str, seconds: float, raw: bool = False):
     ctx = multiprocessing.get_context("spawn")
     holding = ctx.Event()
-    child = ctx.Process(target=_hold_write_lock, args=(path, seconds, holding))
+    child = ctx.Process(target=_hold_write_lock, args=(path, seconds, holding, raw))
     child.start()
     assert holding.wait(60), "the child process never opened the file"
     return child
@@ -104,9 +104,26 @@ def test_gives_up_after_lock_wait_seconds(tmp_path: Path) -> None:
     child = _lock_held_by_child(path, 5)
     try:
         started = time.monotonic()
-        with pytest.raises(duckdb.IOException, match="lock"), resource.get_connection():
+        with pytest.raises(DatabaseBusy, match=f"DuckDB file {path} stayed busy for 0.5 s"), resource.get_connection():
             pass
         assert 0.5 <= time.monotonic() - started < 4
+    finally:
+        child.join(30)
+
+
+def test_a_program_outside_the_lock_protocol_is_named_at_once(tmp_path: Path) -> None:
+    """The duckdb CLI (or a notebook) does not take `<db>.lock`: DuckDB's own lock refuses us, and the error says
+    which file and why, without waiting (the lock file protocol has no retry loop)."""
+    path = str(tmp_path / "hsi.duckdb")
+    with connect(path):
+        pass
+    child = _lock_held_by_child(path, 5, raw=True)
+    try:
+        started = time.monotonic()
+        busy = pytest.raises(DatabaseBusy, match=f"DuckDB file {path} is open in a program that does not take")
+        with busy, connect(path, read_only=True):
+            pass
+        assert time.monotonic() - started < 2
     finally:
         child.join(30)
 
