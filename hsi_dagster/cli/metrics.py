@@ -94,6 +94,18 @@ def metric_families(figures: PipelineFigures, now: datetime) -> list[Metric]:
     quarantined = CounterMetricFamily(
         "hsi_quarantined_records", "Input records sent to quarantine", value=figures.quarantined
     )
+    cut = CounterMetricFamily(
+        "hsi_detections_cut_to_bounds",
+        "Detections loaded with optional enrichment cut to an INGEST_* bound (listed in detections.enrichment_cuts)",
+        value=figures.detections_cut,
+    )
+    degraded = CounterMetricFamily(
+        "hsi_prompt_degradation_steps",
+        "Prompts degraded past the section removals to fit their slot, by step (core/budget.py DEGRADATION_ORDER)",
+        labels=["step"],
+    )
+    for step, count in figures.prompt_degradation:
+        degraded.add_metric([step], count)
     closed = CounterMetricFamily(
         "hsi_closed_batches", "Closed batch windows (recorded or waiting to be), by close reason", labels=["reason"]
     )
@@ -122,6 +134,8 @@ def metric_families(figures: PipelineFigures, now: datetime) -> list[Metric]:
         cached_share,
         sections,
         quarantined,
+        cut,
+        degraded,
         closed,
         waiting,
         age,

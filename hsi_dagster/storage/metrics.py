@@ -49,6 +49,8 @@ class PipelineFigures:
     tokens: list[TokenTotals] = field(default_factory=list)
     sections_removed: list[tuple[str, int]] = field(default_factory=list)
     quarantined: int = 0
+    detections_cut: int = 0  # loaded with optional enrichment cut to a bound (contract section 6)
+    prompt_degradation: list[tuple[str, int]] = field(default_factory=list)  # (step, prompts) past the removals
     closed_batches: dict[str, int] = field(default_factory=dict)  # close_reason -> recorded + pending
     waiting_unrecorded: int = 0
     waiting_unassessed: int = 0
@@ -124,6 +126,18 @@ def read_pipeline_figures(
         ).fetchall()
     ]
     figures.quarantined = int(conn.execute("SELECT count(*) FROM quarantine").fetchone()[0])  # type: ignore[index]
+    if _has_column(conn, "detections", "enrichment_cuts"):  # a database not migrated to version 5 has neither
+        figures.detections_cut = int(
+            conn.execute("SELECT count(*) FROM detections WHERE enrichment_cuts IS NOT NULL").fetchone()[0]  # type: ignore[index]
+        )
+    if _has_column(conn, "budgeted_prompts", "prompt_degraded"):
+        figures.prompt_degradation = [
+            (str(step), int(count))
+            for step, count in conn.execute(
+                "SELECT step, count(*) FROM (SELECT unnest(prompt_degraded) AS step FROM budgeted_prompts)"
+                " GROUP BY step ORDER BY step"
+            ).fetchall()
+        ]
     figures.closed_batches = {
         str(reason): int(count)
         for reason, count in conn.execute(
@@ -139,6 +153,15 @@ def read_pipeline_figures(
     candidates = [t for t in (oldest_recorded, min((b.closes_at for b in pending), default=None)) if t is not None]
     figures.oldest_waiting_closed_at = min(candidates) if candidates else None
     return figures
+
+
+def _has_column(conn: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_name = ? AND column_name = ?", [table, column]
+        ).fetchone()
+        is not None
+    )
 
 
 def _merge_histograms(rows: list[HistogramRow], rename: Callable[[str], str]) -> list[HistogramRow]:
