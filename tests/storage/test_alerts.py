@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from hsi_dagster.core.alerts import fast_path_unassessed_alert, risk_alert
+from hsi_dagster.core.alerts import PROMPT_TOO_LARGE, fast_path_unassessed_alert, risk_alert
 from hsi_dagster.storage.alerts import (
     alert_stored,
     last_webhook_attempt,
@@ -100,3 +100,21 @@ def test_cooldown_starts_at_the_last_post_sent_or_failed_per_camera(conn) -> Non
     assert last_webhook_attempt(conn, "porch") == NOW + timedelta(seconds=10)
     assert last_webhook_attempt(conn, "garage") == NOW + timedelta(seconds=40)
     assert last_webhook_attempt(conn, "side_gate") is None
+
+
+def test_a_batch_whose_prompt_cannot_fit_alerts_whatever_its_close_reason(conn) -> None:
+    """#15 item 10: a batch stored as prompt_too_large (its floor does not fit a slot) alerts like an unassessed
+    fast-path batch, with the reason; a fast-path batch in that state gets the same alert."""
+    _batch(conn, "window-big", "garage", "window", ["person", "person"])
+    _assessment(conn, "window-big", "garage", None, status=PROMPT_TOO_LARGE)
+    _batch(conn, "fp-big", "porch", "fast_path", ["person"])
+    _assessment(conn, "fp-big", "porch", None, status=PROMPT_TOO_LARGE)
+    alert = unassessed_fast_path_alert(conn, "window-big")
+    assert alert is not None and (alert.alert_id, alert.kind, alert.camera_id) == (
+        "window-big:unassessed",
+        "prompt_too_large",
+        "garage",
+    )
+    assert alert.risk_level is None and "does not fit one llama-server slot" in (alert.summary or "")
+    big = unassessed_fast_path_alert(conn, "fp-big")
+    assert big is not None and big.kind == "prompt_too_large" and big.alert_id == "fp-big:unassessed"
