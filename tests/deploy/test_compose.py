@@ -162,3 +162,17 @@ def test_frigate_listener_service(compose):
     assert check[1:4] == ["hsi", "frigate", "status"] and status_file in check
     assert "hsi-duckdb:/data" in listen["volumes"] and listen["image"] == compose["services"]["dagster-code"]["image"]
     assert "ports" not in listen and ".env" in listen["env_file"]
+
+
+def test_llm_slot_leases_are_shared_by_the_code_server_and_every_run_container(compose, instance_config):
+    """Slot leases bound completions across processes only when every process sees one directory (#16 item 4): the
+    image sets HSI_SLOT_LEASE_DIR to a directory it owns, and the code server (where `hsi process` runs) and the run
+    containers mount one named volume there."""
+    dockerfile = (REPO / "deploy/Dockerfile.dagster").read_text()
+    match = re.search(r"HSI_SLOT_LEASE_DIR=(\S+)", dockerfile)
+    assert match, "deploy/Dockerfile.dagster sets no HSI_SLOT_LEASE_DIR"
+    lease_dir = match.group(1)
+    assert re.search(rf"mkdir -p [^\n]*{lease_dir}", dockerfile) and re.search(rf"chown [^\n]*{lease_dir}", dockerfile)
+    name = compose["volumes"]["hsi-llm-slots"]["name"]
+    assert f"hsi-llm-slots:{lease_dir}" in compose["services"]["dagster-code"]["volumes"]
+    assert f"{name}:{lease_dir}" in instance_config["run_launcher"]["config"]["container_kwargs"]["volumes"]
