@@ -28,6 +28,7 @@ def detections(
             "loaded": report.loaded,
             "duplicates_skipped": report.duplicates,
             "quarantined": report.quarantined,
+            "cut_to_bounds": report.cut,  # loaded with optional enrichment cut to an INGEST_* bound
             "elapsed_s": round(report.elapsed_s, 3),
         }
     )

@@ -582,17 +582,18 @@ def ingest_numbered_lines(
     *,
     source: str,
     rejects: Iterable[Rejection] = (),
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> FileReport:
     """Validate and load lines that keep their own numbers (an adapter's input lines, e.g. Frigate payloads mapped
     to contract records), with the rules of `ingest_lines`; `rejects` are the adapter's own refusals, quarantined
     in the same transaction."""
-    loader = _Loader(conn, source, datetime.now(UTC))
+    loader = _Loader(conn, source, datetime.now(UTC), bounds)
     for rejection in rejects:
         loader.reject_now(rejection)
     numbered = [(no, line.encode("utf-8") if isinstance(line, str) else bytes(line)) for no, line in lines]
     with _unordered(conn):
         if numbered:
             line_nos = np.array([no for no, _ in numbered], dtype=np.int64)
-            loader.load_chunk(check_chunk(line_nos, [raw for _, raw in numbered], source))
+            loader.load_chunk(check_chunk(line_nos, [raw for _, raw in numbered], source, bounds))
         loader.flush()
     return loader.report
