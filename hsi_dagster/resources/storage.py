@@ -1,4 +1,4 @@
-"""DuckDB access for assets, sensors and jobs: dagster-duckdb's resource, plus the lock wait and migrations."""
+"""DuckDB access for assets, sensors and jobs: dagster-duckdb's resource, plus the lock file and migrations."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,11 +14,12 @@ class HsiDuckDBResource(DuckDBResource):
     """The project database (HSI_DUCKDB_PATH). Connections are short: open, one transaction, close.
 
     DuckDB admits one read-write process per file, so a step never keeps a connection across an LLM call, and
-    `get_connection` waits out another process's lock (up to `lock_wait_seconds`) instead of failing.
+    `get_connection` queues on the file's lock (`<db>.lock`, storage/db.py) behind other processes' connections (up
+    to `lock_wait_seconds`, then DatabaseBusy naming the file) instead of colliding with them.
     """
 
     lock_wait_seconds: float = Field(
-        default=LOCK_WAIT_SECONDS, description="How long to wait for another process's lock on the file."
+        default=LOCK_WAIT_SECONDS, description="How long to queue behind other processes' connections to the file."
     )
 
     @contextmanager
