@@ -67,7 +67,8 @@ class Group:
     """Processes started here, each in its own session; stopped with their whole process group."""
 
     def __init__(self, work: Path, env: dict[str, str]) -> None:
-        self.work, self.env, self.procs = work, env, []
+        self.work, self.env = work, env
+        self.procs: list[subprocess.Popen] = []
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
         with open(self.work / f"{name}.log", "ab") as log:
