@@ -12,7 +12,9 @@ URLs. Why each rule exists:
   at most once per request); only when none is left does the caller get `LlamaServerUnavailable` naming every URL.
 - `ensure_ready` is satisfied by ONE ready server, and reports the SMALLEST per-slot context of the ready servers
   so a prompt budget fits wherever the request lands.
-Across processes the slot bound cannot hold (as with one server): the Dagster pool must be sized to the sum of slots.
+Across processes each completion also holds one of its server's slot leases (hsi_dagster/llm/slots.py), as with one
+server; the router picks by this process's free counts, so a request may then wait for a lease of the server it picked
+while another process holds them.
 """
 
 from __future__ import annotations
