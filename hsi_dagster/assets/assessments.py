@@ -14,6 +14,7 @@ from hsi_dagster.assets.checks import (
     stored_assessment_valid,
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
+from hsi_dagster.assets.run_config import AssessmentRunConfig
 from hsi_dagster.core.assessment import OK, AssessmentOutcome, assess
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA
 from hsi_dagster.llm.client import (
@@ -61,12 +62,14 @@ def assess_on_server(llm: LlamaServerResource, messages: list[dict], max_tokens:
 )
 def risk_assessments(
     context: dg.AssetExecutionContext,
+    config: AssessmentRunConfig,
     duckdb: HsiDuckDBResource,
     llm: LlamaServerResource,
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.MaterializeResult:
     """Risk score 0-100, level, summary and reasoning from llama-server; at most PARALLEL of these steps run at once."""
     settings = pipeline_settings.get()
+    max_output_tokens = config.output_tokens(settings)
     batch_id = context.partition_key
     with duckdb.get_connection() as conn:
         prompt = load_prompt(conn, batch_id)
@@ -82,7 +85,7 @@ def risk_assessments(
     }
     try:
         info = llm.ensure_ready()
-        outcome = assess_on_server(llm, messages, settings.NEMOTRON_MAX_OUTPUT_TOKENS)
+        outcome = assess_on_server(llm, messages, max_output_tokens)
     except (LlamaServerUnavailable, SchemaNotEnforced) as exc:
         # Nothing is written: the batch stays unassessed and the sensor asks again later. The step is retried only
         # when the server may answer within the retry delays: not when nothing listens at the URL (no retry storm).
@@ -130,6 +133,7 @@ def risk_assessments(
             "latency_ms": round(row["latency_ms"], 1),
             "llm_calls": len(calls),
             "model": row["model"],
+            "max_output_tokens": max_output_tokens,
         },
         check_results=[
             stored_assessment_valid(stored),

@@ -6,6 +6,7 @@ import dagster as dg
 
 from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.assets.run_config import AssessmentRunConfig
 from hsi_dagster.core.alerts import PROMPT_TOO_LARGE
 from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
@@ -44,6 +45,7 @@ def token_counter() -> TokenCounter:
 )
 def budgeted_prompts(
     context: dg.AssetExecutionContext,
+    config: AssessmentRunConfig,
     duckdb: HsiDuckDBResource,
     llm: LlamaServerResource,
     pipeline_settings: PipelineSettingsResource,
@@ -52,12 +54,13 @@ def budgeted_prompts(
     over budget, whole sections go in a fixed order, then the prompt degrades in a fixed order (core/budget.py). A
     batch whose floor does not fit is recorded as `prompt_too_large` (the run-failure sensor alerts) and not retried."""
     settings = pipeline_settings.get()
+    max_output_tokens = config.output_tokens(settings)
     with duckdb.get_connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
     choice = choose_budget(
         llm.live_slot_context,
         configured_slot_context=settings.slot_context,
-        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+        max_output_tokens=max_output_tokens,
         safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
         token_ratio=settings.PROMPT_TOKEN_RATIO,
     )
@@ -105,6 +108,7 @@ def budgeted_prompts(
             "prompt_tokens_estimate": fitted.tokens_after,
             "tokens_before_budgeting": fitted.tokens_before,
             "context_budget": choice.budget,
+            "max_output_tokens": max_output_tokens,
             "estimate_budget_cl100k": choice.estimate_budget,
             "prompt_token_ratio": choice.token_ratio,
             "budget_source": choice.source,
