@@ -34,7 +34,7 @@ import duckdb
 from hsi_dagster.storage.schema import migrate
 
 LOCK_WAIT_SECONDS = 60.0
-_POLL_FIRST, _POLL_MAX = 0.001, 0.05  # seconds between tries of a lock another process holds
+_POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a lock another process holds
 
 
 class DatabaseNotFound(FileNotFoundError):
