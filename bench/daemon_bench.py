@@ -257,8 +257,9 @@ def main() -> int:
         "HSI_ENV_FILE": os.devnull,
         "CTX_SIZE": str(4096 * args.parallel),
         "PARALLEL": str(args.parallel),
-        "ANALYSIS_WORKER_COUNT": str(args.parallel),
         "THREADS": "2",
+        # No inbox folder: batch_window_sensor plans the windows (with one, inbox_sensor does, after its ingest).
+        "HSI_INBOX_DIR": str(work / "no-inbox"),
         "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens),
         "PROMPT_SAFETY_MARGIN_TOKENS": "256",
         "DAGSTER_DISABLE_TELEMETRY": "1",

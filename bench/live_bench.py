@@ -13,8 +13,8 @@ all are stopped at the end, also on Ctrl-C or SIGTERM.
   to the replay's clock (same detections, same windows);
 - lane "daemon": `dagster code-server start` + `dagster-daemon run` pointed at it, as `dagster dev` starts them (or
   `dagster dev` itself, or a daemon that loads the module itself: --orchestrator) on a temporary DAGSTER_HOME with the
-  repository's dagster.yaml and a temporary DuckDB file, watching its inbox: inbox_sensor -> ingest runs,
-  batch_window_sensor -> a run per closed window, through the run queue and pools, against the embedded server;
+  repository's dagster.yaml and a temporary DuckDB file, watching its inbox: inbox_sensor loads the files in its
+  ticks and requests a run per closed window, through the run queue and pools, against the embedded server;
 - lane "cli": each file ingested by this script into the lane's DuckDB file as soon as it appears (the library call
   `hsi ingest` makes), and `hsi process` (a fresh command, its own DAGSTER_HOME) started whenever a window has
   closed (windows computed from the files with hsi_dagster.core.batching), one at a time, as a cron job would.
@@ -1126,7 +1126,6 @@ def main() -> int:
         "HSI_ENV_FILE": os.devnull,  # never the repository's .env
         "CTX_SIZE": str(SLOT_CONTEXT * args.parallel),
         "PARALLEL": str(args.parallel),
-        "ANALYSIS_WORKER_COUNT": str(args.parallel),
         "THREADS": "2",
         "NEMOTRON_MAX_OUTPUT_TOKENS": str(args.max_tokens),
         "PROMPT_SAFETY_MARGIN_TOKENS": "256",
@@ -1298,6 +1297,28 @@ def report(result: dict[str, Any], lanes: list[str]) -> None:
                     print(f"  {name:<55} {statistics.median(values):7.2f} {p90(values):7.2f}  n={len(values)}")
         if "sensors" in f:
             print(f"{lane}: sensors {json.dumps(f['sensors'])}")
+    for lane in lanes:
+        print(summary_line(lane, result))
+
+
+def summary_line(lane: str, result: dict[str, Any]) -> str:
+    """One line per lane with what the acceptance of #17 reads (median overhead <= 5 s, ingest lag <= 15 s, nothing
+    lost or duplicated), the rate and the load average."""
+    f = result[lane]
+    once = f["exactly_once"]
+
+    def med(values: list[float]) -> str:
+        values = [v for v in values if v is not None]
+        return f"{statistics.median(values):.1f}s (p90 {p90(values):.1f}s)" if values else "n/a"
+
+    lost = len(once["missing_batches"]) + len(once["unassessed"]) + once["unassigned_detections"]
+    duplicated = len(once["extra_batches"]) + len(once["runs_not_exactly_one_success"])
+    split = len(once["windows_with_other_detections"])
+    return (
+        f"SUMMARY {lane}: rate {result['args']['rate']}/s, {f['stream']['windows']} windows; median overhead "
+        f"{med(f['overhead'])}; ingest lag {med(f['ingest_lag'])}; LLM {med(f['llm'])}; lost {lost}, "
+        f"duplicated {duplicated}, split windows {split}; load {f['load']}"
+    )
 
 
 if __name__ == "__main__":
