@@ -86,7 +86,9 @@ def cmd_import(args: argparse.Namespace, settings: HsiSettings) -> int:
     needs_resolutions = not all(_is_api_answer(p) for p in args.paths)  # an API answer's boxes are relative
     resolutions = load_resolutions(settings, args.frigate_config) if needs_resolutions else {}
     try:
-        result = import_frigate_files(settings.HSI_DUCKDB_PATH, args.paths, resolutions=resolutions)
+        result = import_frigate_files(
+            settings.HSI_DUCKDB_PATH, args.paths, resolutions=resolutions, bounds=settings.ingest_bounds
+        )
     except IngestError as exc:
         raise FrigateUsageError(str(exc)) from None
     print(result.summary())
@@ -207,7 +209,11 @@ class FrigateListener:
 
         try:
             report = load_live_messages(
-                self.db, [(m.topic, m.payload) for m in batch], source=self.source, resolutions=self.resolutions
+                self.db,
+                [(m.topic, m.payload) for m in batch],
+                source=self.source,
+                resolutions=self.resolutions,
+                bounds=self.settings.ingest_bounds,
             )
         except Exception as exc:  # the batch stays unacknowledged and is retried; nothing is lost
             self.status.last_error = f"{type(exc).__name__}: {exc}"

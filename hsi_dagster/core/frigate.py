@@ -46,10 +46,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hsi_dagster.core.detections import (
+    DEFAULT_BOUNDS,
     MAX_TAG_CHARS,
     MAX_TEXT_CHARS,
     TS_MAX,
     TS_MIN,
+    Bounds,
     Detection,
     Rejection,
     format_ts,
@@ -589,17 +591,19 @@ _API_SOURCES = {
 
 
 # ------------------------------------------------------------------------------------------------ validation
-def to_detection(emit: Emit, raw: str | bytes, *, source: str, line_no: int) -> tuple[str, Detection] | Rejection:
+def to_detection(
+    emit: Emit, raw: str | bytes, *, source: str, line_no: int, bounds: Bounds = DEFAULT_BOUNDS
+) -> tuple[str, Detection] | Rejection:
     """The mapped record through the contract's validator: (its JSON line, the Detection), or a Rejection that
     keeps the original payload and names the Frigate field behind the contract field."""
     line = json.dumps(emit.record, ensure_ascii=False, separators=(",", ":"))
-    result = validate_record(line, source=source, line_no=line_no)
+    result = validate_record(line, source=source, line_no=line_no, bounds=bounds)
     if isinstance(result, Detection):
         return line, result
     contract_field = result.field.split(".", 1)[0].split("[", 1)[0]
     origin = emit.sources.get(contract_field)
     reason = f"{origin} -> {result.reason}" if origin else result.reason
-    return Rejection(source, line_no, truncate_raw(raw), reason)
+    return Rejection(source, line_no, truncate_raw(raw, bounds.raw_chars), reason)
 
 
 # ------------------------------------------------------------------------------------------------ API cursor

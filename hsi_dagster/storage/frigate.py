@@ -23,7 +23,7 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.detections import Rejection, truncate_raw
+from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
 from hsi_dagster.core.frigate import (
     SKIP_FALSE_POSITIVE,
     SKIP_NOT_A_DETECTION,
@@ -137,8 +137,10 @@ def load_frigate_messages(
     *,
     source: str,
     resolutions: Mapping[str, Resolution],
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> FrigateReport:
-    """Map, validate and load a batch of payloads in order (a description may follow its events in the batch)."""
+    """Map, validate and load a batch of payloads in order (a description may follow its events in the batch), with
+    the INGEST_* `bounds` (contract section 6)."""
     report = FrigateReport(source, messages=len(messages))
     decoded = [_decode(message) for message in messages]
     kinds = [
@@ -182,12 +184,12 @@ def load_frigate_messages(
         elif isinstance(outcome, Invalid):
             rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), outcome.reason))
         else:
-            checked = to_detection(outcome, message.raw, source=source, line_no=message.line_no)
+            checked = to_detection(outcome, message.raw, source=source, line_no=message.line_no, bounds=bounds)
             if isinstance(checked, Rejection):
                 rejects.append(checked)
             else:
                 lines.append((message.line_no, checked[0]))
-    loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects)
+    loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects, bounds=bounds)
     _save_tracks(conn, changed.values())
     report.detections = loaded.loaded
     report.duplicates = loaded.duplicates
@@ -247,12 +249,13 @@ def load_live_messages(
     source: str,
     resolutions: Mapping[str, Resolution],
     kind: str | None = None,
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> FrigateReport:
     """One bounded batch from a live source, in one short connection: number, map, load, tally."""
     with connect(Path(db)) as conn:
         first = reserve_line_numbers(conn, source, len(payloads))
         messages = [FrigateMessage(first + i, raw, topic, kind) for i, (topic, raw) in enumerate(payloads)]
-        report = load_frigate_messages(conn, messages, source=source, resolutions=resolutions)
+        report = load_frigate_messages(conn, messages, source=source, resolutions=resolutions, bounds=bounds)
         record_source_tallies(conn, report)
     return report
 
@@ -322,7 +325,11 @@ class FrigateImport:
 
 
 def import_frigate_files(
-    db: str | os.PathLike[str], paths: Iterable[str | os.PathLike[str]], *, resolutions: Mapping[str, Resolution]
+    db: str | os.PathLike[str],
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    resolutions: Mapping[str, Resolution],
+    bounds: Bounds = DEFAULT_BOUNDS,
 ) -> FrigateImport:
     """Load recorded Frigate files; importing a file again changes nothing (ids and line numbers are its own)."""
     resolved = [Path(p).resolve() for p in paths]
@@ -335,5 +342,7 @@ def import_frigate_files(
     with connect(Path(db)) as conn:
         for path in resolved:
             messages = read_frigate_file(path)
-            result.files.append(load_frigate_messages(conn, messages, source=str(path), resolutions=resolutions))
+            result.files.append(
+                load_frigate_messages(conn, messages, source=str(path), resolutions=resolutions, bounds=bounds)
+            )
     return result

@@ -139,3 +139,19 @@ def test_hsi_demo_on_a_frigate_night_refuses_bad_arguments_before_starting_anyth
     assert main(["demo", "--db", db, "--frigate", str(FIXTURE / "frigate-night.jsonl")]) == 2
     assert "--frigate-config" in capsys.readouterr().err
     assert not Path(db).exists()
+
+
+def test_frigate_input_is_held_to_the_ingest_bounds(tmp_path: Path, night: dict[str, Path]) -> None:
+    """Contract section 6 holds for Frigate input too: a label over INGEST_MAX_LABEL_CHARS quarantines the event,
+    naming the Frigate field and the setting."""
+    from hsi_dagster.core.detections import Bounds
+
+    resolutions = load_detect_resolutions(night["config"]).by_camera
+    roomy = import_frigate_files(tmp_path / "a.duckdb", [night["mqtt"]], resolutions=resolutions).files[0]
+    tight = import_frigate_files(
+        tmp_path / "b.duckdb", [night["mqtt"]], resolutions=resolutions, bounds=Bounds(label_chars=3)
+    ).files[0]
+    assert roomy.detections > 0 and tight.detections < roomy.detections
+    with connect(tmp_path / "b.duckdb", read_only=True) as conn:
+        reasons = [r for (r,) in conn.execute("SELECT reason FROM quarantine").fetchall()]
+    assert any("label: must be 1-3 characters" in r and "INGEST_MAX_LABEL_CHARS" in r for r in reasons)
