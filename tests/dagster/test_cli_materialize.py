@@ -89,14 +89,19 @@ def test_ingest_then_dagster_asset_materialize_stores_one_assessment(tmp_path, i
     assert [batch_id for batch_id, _ in rows] == [first]
 
 
-def test_dg_launch_assets_materializes_one_partition(tmp_path, ingested):
-    """`dg launch --assets ... --partition` from the repository root (the dg project), as the README shows it."""
+def test_dg_launch_assets_materializes_one_partition_with_run_config(tmp_path, ingested):
+    """`dg launch --assets ... --partition` from the repository root (the dg project), as the README shows it, with
+    the run config a re-assessment gives (`--config-json`): the prompt gets the output room given back."""
     env, db = ingested
-    keys = [
-        json.loads(line)["batch_id"]
-        for line in _run(env, tmp_path, str(BIN / "hsi"), "batches", "--json").stdout.splitlines()
-    ]
-    porch = next(key for key in keys if key.startswith("porch__"))
+    listed = _run(env, tmp_path, str(BIN / "hsi"), "batches", "--json").stdout.splitlines()
+    porch = next(key for key in (json.loads(line)["batch_id"] for line in listed) if key.startswith("porch__"))
     assert not (REPO / ".env").exists(), "a .env at the repository root would override this test's environment"
-    _run(env, REPO, str(BIN / "dg"), "launch", "--assets", PIPELINE, "--partition", porch, timeout=600)
+    op_config = {"config": {"max_output_tokens": 128}}
+    run_config = {"ops": {"budgeted_prompts": op_config, "risk_assessments": op_config}}
+    launch = ["launch", "--assets", PIPELINE, "--partition", porch, "--config-json", json.dumps(run_config)]
+    _run(env, REPO, str(BIN / "dg"), *launch, timeout=600)
     assert [batch_id for batch_id, _ in _assessed(db)] == [porch]
+    with duckdb.connect(str(db), read_only=True) as conn:
+        (budget,) = conn.execute("SELECT context_budget FROM risk_assessments").fetchone()
+    slot_context = int(env["CTX_SIZE"]) // int(env["PARALLEL"])  # what the server's /props reports per slot
+    assert budget == slot_context - 128 - int(env["PROMPT_SAFETY_MARGIN_TOKENS"])
