@@ -1,8 +1,8 @@
 """The one `dg.Definitions` of hsi-dagster.
 
 Lineage: detections -> detection_batches -> enriched_contexts -> budgeted_prompts -> risk_assessments,
-one partition per batch window. `batch_window_sensor` requests a run per closed window; `inbox_sensor` ingests
-dropped files; alerts follow high-risk assessments.
+one partition per batch window. `inbox_sensor` loads dropped files in its tick and requests a run per closed window
+(`batch_window_sensor` does the latter when there is no inbox folder); alerts follow high-risk assessments.
 
 Configuration takes one route: `load_settings()` reads the settings once when this module loads (the process
 environment over `hsi.env`, see hsi_dagster/settings.py), and `build_resources` hands the resources plain values;
