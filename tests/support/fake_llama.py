@@ -24,11 +24,13 @@ LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailab
 
 @dataclass
 class Reply:
-    """One scripted answer: HTTP status and JSON body, after `delay` seconds (None body = the normal answer)."""
+    """One scripted answer: HTTP status and JSON body, after `delay` seconds (None body = the normal answer);
+    `raw` bytes are sent as the body instead, as they are (e.g. a proxy's HTML page: not JSON at all)."""
 
     status: int = 200
     body: Any = None
     delay: float = 0.0
+    raw: bytes | None = None
 
 
 @dataclass
@@ -70,6 +72,11 @@ class FakeLlama:
     def script(self, path: str, *replies: Reply) -> None:
         with self._lock:
             self._scripts[path].extend(replies)
+
+    def clear(self, path: str) -> None:
+        """Drop the replies still queued for `path`: it answers normally from now on (the fault is over)."""
+        with self._lock:
+            self._scripts[path].clear()
 
     def loading_then_ready(self, times: int) -> None:
         self.script("/health", *[Reply(503, LOADING)] * times)
@@ -140,7 +147,7 @@ class FakeLlama:
                 payload = self._normal(path, body)
                 if payload is None:
                     status, payload = 404, {"error": {"code": 404, "message": "File Not Found"}}
-            data = json.dumps(payload).encode()
+            data = reply.raw if reply.raw is not None else json.dumps(payload).encode()
             handler.send_response(status)
             handler.send_header("Content-Type", "application/json")
             handler.send_header("Content-Length", str(len(data)))
