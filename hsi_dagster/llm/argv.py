@@ -77,6 +77,7 @@ def build_argv(
         "--cache-type-k", options.cache_type_k,
         "--cache-type-v", options.cache_type_v,
         "--cache-reuse", str(options.cache_reuse),
+        "--cache-ram", str(options.cache_ram_mib),
     ]  # fmt: skip
     if options.mlock:
         # The pinned build replaced --mlock with --load-mode; mmap+mlock is what --mlock did (mmap stays on).

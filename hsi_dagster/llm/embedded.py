@@ -97,6 +97,9 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
     params.cache_type_k = _ggml_type(xllamacpp, options.cache_type_k, "CACHE_TYPE_K")
     params.cache_type_v = _ggml_type(xllamacpp, options.cache_type_v, "CACHE_TYPE_V")
     params.n_cache_reuse = int(options.cache_reuse)
+    # llama.cpp keeps evicted prompts in host RAM up to 8 GiB by default: bounded here (the server's memory grew
+    # 578 -> 1,040 MiB in bench/load_bench.py without it).
+    params.cache_ram_mib = int(options.cache_ram_mib)
     if options.threads is not None:
         params.cpuparams.n_threads = int(options.threads)
         params.cpuparams_batch.n_threads = int(options.threads)

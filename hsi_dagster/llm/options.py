@@ -84,6 +84,7 @@ class LlamaServerOptions:
     cache_type_k: str
     cache_type_v: str
     cache_reuse: int
+    cache_ram_mib: int
     threads: int | None
     batch_size: int
     api_key: str | None
@@ -120,6 +121,7 @@ class LlamaServerOptions:
             cache_type_k=settings.CACHE_TYPE_K,
             cache_type_v=settings.CACHE_TYPE_V,
             cache_reuse=settings.CACHE_REUSE,
+            cache_ram_mib=settings.CACHE_RAM_MIB,
             threads=settings.THREADS,
             batch_size=settings.BATCH_SIZE,
             api_key=settings.api_key,
@@ -178,6 +180,7 @@ class LlamaServerOptions:
             )
         minima: tuple[tuple[str, int | None, int], ...] = (
             ("CACHE_REUSE", self.cache_reuse, 0),
+            ("CACHE_RAM_MIB", self.cache_ram_mib, -1),
             ("BATCH_SIZE", self.batch_size, 1),
             ("THREADS", self.threads, 1),
             ("N_CPU_MOE", self.n_cpu_moe, 0),

@@ -49,6 +49,7 @@ def test_build_params_maps_every_option() -> None:
         gpu_layers="all",
         api_key="k1",
         cache_reuse=128,
+        cache_ram_mib=64,
         batch_size=256,
         n_cpu_moe=2,
         override_tensor=(),
@@ -61,6 +62,7 @@ def test_build_params_maps_every_option() -> None:
     assert params.flash_attn_type == xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_ENABLED
     assert params.cache_type_k == xllamacpp.ggml_type.GGML_TYPE_Q8_0
     assert params.cache_type_v == xllamacpp.ggml_type.GGML_TYPE_Q4_0
+    assert params.cache_ram_mib == 64
     assert params.n_cache_reuse == 128 and params.n_batch == 256 and params.n_ubatch == 256
     assert params.cpuparams.n_threads == 2 and params.cpuparams_batch.n_threads == 2
     assert params.api_keys == ["k1"]
