@@ -72,7 +72,7 @@ class HsiSettings(BaseSettings):
     CACHE_TYPE_V: CacheType = "f16"
     CACHE_REUSE: int = Field(256, ge=0)
     CACHE_RAM_MIB: int = Field(
-        1024, ge=-1, description="llama-server's host-RAM prompt cache (--cache-ram), MiB; 0 = off, -1 = no limit."
+        256, ge=-1, description="llama-server's host-RAM prompt cache (--cache-ram), MiB; 0 = off, -1 = no limit."
     )
     THREADS: int | None = Field(None, ge=1, description="CPU threads; unset = all cores.")
     BATCH_SIZE: int = Field(2048, ge=32)

@@ -22,7 +22,7 @@ DEFAULTS: dict[str, object] = {
     "CACHE_TYPE_K": "f16",
     "CACHE_TYPE_V": "f16",
     "CACHE_REUSE": 256,
-    "CACHE_RAM_MIB": 1024,
+    "CACHE_RAM_MIB": 256,
     "THREADS": None,
     "BATCH_SIZE": 2048,
     "LLM_HOST": "127.0.0.1",

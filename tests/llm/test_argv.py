@@ -24,7 +24,7 @@ DEFAULT_ARGV = [
     "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091", "--n-gpu-layers", "auto",
     "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
     "--batch-size", "2048", "--cache-type-k", "f16", "--cache-type-v", "f16", "--cache-reuse", "256",
-    "--cache-ram", "1024",
+    "--cache-ram", "256",
 ]  # fmt: skip
 
 
@@ -52,7 +52,7 @@ CASES = {
             "--n-gpu-layers", "all",
             "--ctx-size", "65536", "--parallel", "4", "--cont-batching", "--metrics", "--slots", "--flash-attn", "off",
             "--threads", "8", "--batch-size", "512", "--cache-type-k", "q8_0", "--cache-type-v", "bf16",
-            "--cache-reuse", "0", "--cache-ram", "1024", "--load-mode", "mmap+mlock", "--n-cpu-moe", "12",
+            "--cache-reuse", "0", "--cache-ram", "256", "--load-mode", "mmap+mlock", "--n-cpu-moe", "12",
             "--spec-type", "draft-simple", "--model-draft", "/models/draft.gguf",
         ],
     ),
@@ -66,7 +66,7 @@ CASES = {
             "--n-gpu-layers", "40",
             "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
             "--batch-size", "2048", "--cache-type-k", "q4_0", "--cache-type-v", "q8_0", "--cache-reuse", "256",
-            "--cache-ram", "1024", "--override-tensor", r"blk\.(1|2)\.ffn_.*_exps=CPU",
+            "--cache-ram", "256", "--override-tensor", r"blk\.(1|2)\.ffn_.*_exps=CPU",
         ],
     ),
     "N_CPU_MOE=0 adds no flag": ({"N_CPU_MOE": "0"}, DEFAULT_ARGV),
