@@ -115,6 +115,9 @@ class HsiSettings(BaseSettings):
     INGEST_MAX_ENRICHMENT_BYTES: int = Field(
         32768, ge=1024, description="Compact JSON bytes of enrichment; over = its largest keys dropped."
     )
+    INGEST_MAX_ENRICHMENT_DEPTH: int = Field(
+        32, ge=8, le=256, description="Nesting levels of an enrichment key; deeper = the key dropped."
+    )
     QUARANTINE_RAW_MAX_CHARS: int = Field(4096, ge=64, description="Characters of a bad line kept in quarantine.raw.")
     HSI_SLOT_LEASE_DIR: str | None = Field(
         None, description="Lock files that bound LLM requests across processes; unset = <temp dir>/hsi-llm-slots."
@@ -250,6 +253,7 @@ class HsiSettings(BaseSettings):
             florence_regions=self.INGEST_MAX_FLORENCE_REGIONS,
             clip_classes=self.INGEST_MAX_CLIP_CLASSES,
             enrichment_bytes=self.INGEST_MAX_ENRICHMENT_BYTES,
+            enrichment_depth=self.INGEST_MAX_ENRICHMENT_DEPTH,
             raw_chars=self.QUARANTINE_RAW_MAX_CHARS,
         )
 

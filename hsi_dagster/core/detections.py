@@ -12,7 +12,8 @@ Decisions the contract leaves open (documented here, tested in tests/core/test_d
   a text inside `enrichment` to INGEST_MAX_TEXT_CHARS characters, `florence.regions` and `clip` to their first
   INGEST_MAX_FLORENCE_REGIONS / INGEST_MAX_CLIP_CLASSES items (items past the bound are dropped unread, like
   content that is not stored), then, while the compact JSON of `enrichment` is over INGEST_MAX_ENRICHMENT_BYTES,
-  its largest key is dropped. Ids and labels contain no control characters.
+  its largest key is dropped. An enrichment key nested deeper than INGEST_MAX_ENRICHMENT_DEPTH levels is dropped
+  first (readers of the stored JSON recurse). Ids and labels contain no control characters.
 - `ts` is accepted from 1970-01-01 (inclusive) to 2200-01-01 (exclusive) UTC: a camera clock reset to zero or a
   garbage year is quarantined rather than opening a batch decades away. Fractions past microseconds are truncated.
 - Booleans are not numbers (`true` is not a confidence); NaN, Infinity and numbers that overflow are rejected.
@@ -44,6 +45,7 @@ MAX_TAG_CHARS = 128  # track_id, zone
 MAX_TEXT_CHARS = 2048  # any text inside enrichment (captions, descriptions)
 MAX_LIST_ITEMS = 64  # clip classes, florence regions
 MAX_ENRICHMENT_BYTES = 32768
+MAX_ENRICHMENT_DEPTH = 32  # nesting levels of enrichment; the contract's own objects need 5
 TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TS_MAX = datetime(2200, 1, 1, tzinfo=UTC)
 
@@ -78,6 +80,7 @@ class Bounds:
     florence_regions: int = MAX_LIST_ITEMS  # cut: enrichment.florence.regions
     clip_classes: int = MAX_LIST_ITEMS  # cut: enrichment.clip
     enrichment_bytes: int = MAX_ENRICHMENT_BYTES  # cut: largest enrichment keys dropped
+    enrichment_depth: int = MAX_ENRICHMENT_DEPTH  # cut: keys nested deeper dropped (readers recurse on them)
     raw_chars: int = RAW_MAX_CHARS  # cut: the raw line kept in the quarantine
 
     def __post_init__(self) -> None:
@@ -95,6 +98,7 @@ BOUND_SETTINGS: dict[str, str] = {
     "florence_regions": "INGEST_MAX_FLORENCE_REGIONS",
     "clip_classes": "INGEST_MAX_CLIP_CLASSES",
     "enrichment_bytes": "INGEST_MAX_ENRICHMENT_BYTES",
+    "enrichment_depth": "INGEST_MAX_ENRICHMENT_DEPTH",
     "raw_chars": "QUARANTINE_RAW_MAX_CHARS",
 }
 DEFAULT_BOUNDS = Bounds()
@@ -480,6 +484,21 @@ def _storable(value: Any) -> Any:
     return value
 
 
+def json_depth(value: Any) -> int:
+    """Nesting levels of objects and arrays (a scalar is 0, `{}` is 1), counted without recursion: a hostile line
+    must not exhaust the stack here, nor later in a reader that recurses (json.dumps, DuckDB, the prompt builder)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
 def _json_size(value: Any, field: str) -> int:
     try:
         return len(_compact_json(value).encode("utf-8"))
@@ -493,6 +512,12 @@ def _enrichment(value: Any, cutter: _Cutter) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise _Invalid(f"enrichment: must be an object, got {_show(value)}")
     _check_duplicates(value, ENRICHMENT_SPEC, "enrichment")
+    limit_depth = cutter.bounds.enrichment_depth
+    for key in list(value):
+        depth = 1 + json_depth(value[key])
+        if depth > limit_depth:
+            del value[key]
+            cutter.cut(f"enrichment.{key}", f"dropped, nested {depth} levels deep", "enrichment_depth")
     for key, spec in ENRICHMENT_SPEC.items():
         if key in value:
             value[key] = _check_spec(value[key], spec, f"enrichment.{key}", cutter)

@@ -47,6 +47,7 @@ from hsi_dagster.core.detections import (
     ListOf,
     Obj,
     Spec,
+    json_depth,
 )
 
 _Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
@@ -111,6 +112,7 @@ class _Checker:
 
     def __init__(self, bounds: Bounds) -> None:
         self.line_bytes = bounds.line_bytes
+        self.enrichment_depth = bounds.enrichment_depth
         self.record = msgspec.json.Decoder(_record_type(bounds))
         self.enrichment = msgspec.json.Decoder(_msgspec_type(Obj(dict(ENRICHMENT_SPEC)), "Enrichment", bounds))
         # validate_record bounds the enrichment's compact JSON as Python prints it. Known numbers grow at most 1.25x
@@ -210,7 +212,9 @@ def _with_unknown_keys(text: bytes, checker: _Checker) -> bool:
         if key in ENRICHMENT_SPEC:
             known_colons += 1 + value_bytes.count(b":")
         else:
-            _ANY.decode(value_bytes)  # valid JSON and UTF-8 throughout, no NaN (msgspec skips unknown content unread)
+            # valid JSON and UTF-8 throughout, no NaN (msgspec skips unknown content unread), and not cut for depth
+            if 1 + json_depth(_ANY.decode(value_bytes)) > checker.enrichment_depth:
+                return False
     return colons == text.count(b":") and _ENCODE(checker.enrichment.decode(text)).count(b":") == known_colons
 
 

@@ -15,6 +15,7 @@ from hsi_dagster.core.detections import (
     Bounds,
     Detection,
     Rejection,
+    json_depth,
     loads_enrichment,
     validate_record,
 )
@@ -242,6 +243,30 @@ def test_enrichment_over_its_byte_bound_loses_its_largest_keys_first() -> None:
     assert result.enrichment == {"scene": {"lighting": "night"}, "pose": {"posture": "standing"}}
     assert len(result.cuts) == 1 and result.cuts[0].startswith("enrichment.extra_model: dropped")
     assert "INGEST_MAX_ENRICHMENT_BYTES=32768" in result.cuts[0]
+
+
+def _nested(levels: int) -> object:
+    value: object = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_an_enrichment_key_nested_past_the_depth_bound_is_dropped_and_the_detection_kept() -> None:
+    """950 levels decode, but later readers of the stored JSON recurse on them: the key is cut at the bound."""
+    for levels in (32, 950):
+        result = check(line(enrichment={"scene": {"lighting": "night"}, "new_model": _nested(levels)}))
+        assert isinstance(result, Detection)
+        assert result.enrichment == {"scene": {"lighting": "night"}}
+        assert result.cuts == (
+            f"enrichment.new_model: dropped, nested {levels + 1} levels deep (INGEST_MAX_ENRICHMENT_DEPTH=32)",
+        )
+    kept = check(line(enrichment={"new_model": _nested(31)}))
+    assert isinstance(kept, Detection) and kept.cuts == () and kept.enrichment == {"new_model": _nested(31)}
+
+
+def test_json_depth_counts_levels_without_recursion() -> None:
+    assert [json_depth(v) for v in ("x", {}, [1], {"a": [{"b": 1}]}, _nested(5000))] == [0, 1, 1, 3, 5000]
 
 
 def test_items_past_the_bound_are_not_read() -> None:

@@ -114,6 +114,17 @@ def test_enrichment_over_a_bound_is_refused_here_and_cut_by_the_validator(text: 
     assert isinstance(result, Detection) and len(result.cuts) == 1 and result.cuts[0].startswith(cut)
 
 
+def test_unknown_enrichment_nested_past_the_depth_bound_goes_to_the_validator() -> None:
+    deep: object = 1
+    for _ in range(40):
+        deep = {"k": deep}
+    text = line(enrichment={"new_model": deep})
+    assert verdicts([text]) == ["refused"]
+    assert verdict(text, Bounds(enrichment_depth=64)) == "accepted"
+    result = validate_record(text, source="t", line_no=1)
+    assert isinstance(result, Detection) and result.cuts[0].startswith("enrichment.new_model: dropped, nested 41")
+
+
 def test_a_checker_is_compiled_for_each_bounds() -> None:
     regions = line(enrichment={"florence": {"regions": [{"label": "door", "caption": "open"}] * 90}})
     assert verdicts([regions]) == ["refused"]
