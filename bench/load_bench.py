@@ -19,7 +19,9 @@ day most confident persons are fast-path batches of their own, so batches arrive
   its workers; every 5 s the backlog (closed windows not yet recorded + recorded batches not yet assessed).
 
 Criteria (pass/fail on the summary line): ingest keeps up (max lag file written -> rows stored <= 5 s); memory
-bounded (no role's peak RSS in the last third of the run above 1.25 x its first-third peak + 64 MiB); nothing lost
+bounded (no role's peak RSS in the last third of the run above 1.25 x its first-third peak + 64 MiB; for the
+llama.cpp server, whose host-RAM prompt cache fills up to CACHE_RAM_MIB by design, first-third peak + CACHE_RAM_MIB
++ 64 MiB); nothing lost
 (every detection stored, every bad line quarantined, each detection in at most one batch); no duplicates (one
 assessment row and at most one successful run per batch); backlog drained within --drain (SmolLM2-135M on 2 cores
 assesses a few batches a minute, so at 10 x with 16 cameras it is expected NOT to: the figures say by how much).
@@ -48,6 +50,7 @@ sys.path.insert(0, str(ROOT))  # tests.reliability.stream_ledger: the accounting
 
 from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches  # noqa: E402
 from hsi_dagster.llm.embedded import EmbeddedServerProcess  # noqa: E402
+from hsi_dagster.settings import HsiSettings  # noqa: E402
 from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402
 from hsi_dagster.storage.db import DatabaseNotFound, connect  # noqa: E402
 from hsi_dagster.storage.ingest import ingest_files  # noqa: E402
@@ -216,8 +219,9 @@ class Sampler(threading.Thread):
                     self.progress.append(state)
 
 
-def memory_figures(rss: list[tuple[float, int, int, int]]) -> dict[str, Any]:
+def memory_figures(rss: list[tuple[float, int, int, int]], cache_ram_mib: int) -> dict[str, Any]:
     roles = ("bench (writer + ingest)", "llama.cpp server", "hsi process + workers")
+    allowed_growth = {"llama.cpp server": cache_ram_mib + 64}
     third = max(1, len(rss) // 3)
     out: dict[str, Any] = {}
     bounded = True
@@ -225,7 +229,7 @@ def memory_figures(rss: list[tuple[float, int, int, int]]) -> dict[str, Any]:
         first = max(s[i] for s in rss[:third]) / 1024
         last = max(s[i] for s in rss[-third:]) / 1024
         peak = max(s[i] for s in rss) / 1024
-        ok = last <= 1.25 * first + 64
+        ok = last <= first + allowed_growth[role] if role in allowed_growth else last <= 1.25 * first + 64
         bounded &= ok
         out[role] = {"peak_mib": round(peak), "first_third_peak_mib": round(first), "last_third_peak_mib": round(last)}
     out["total_peak_mib"] = round(max(s[1] + s[2] + s[3] for s in rss) / 1024)
@@ -242,6 +246,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--cache-ram-mib", type=int, default=HsiSettings.model_fields["CACHE_RAM_MIB"].default, help="llama-server's"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -259,7 +266,12 @@ def main() -> int:
         "PROMPT_SAFETY_MARGIN_TOKENS": "256",
     }
     server = EmbeddedServerProcess(
-        {"PARALLEL": args.parallel, "CTX_SIZE": SLOT_CONTEXT * args.parallel, "THREADS": 2},
+        {
+            "PARALLEL": args.parallel,
+            "CTX_SIZE": SLOT_CONTEXT * args.parallel,
+            "THREADS": 2,
+            "CACHE_RAM_MIB": args.cache_ram_mib,
+        },
         log_path=str(work / "llama.log"),
         env_file=os.devnull,
     ).start()
@@ -337,7 +349,7 @@ def main() -> int:
         )
         pending_left = len(pending_closed_batches(conn, rules, datetime.now(UTC)))
     run_end = time.time()
-    memory = memory_figures(sampler.rss)
+    memory = memory_figures(sampler.rss, args.cache_ram_mib)
     lags = sorted(stream.lags)
     assessed_during_stream = sum(1 for t in assessed_times if t <= stream_end)
     # Sustained: assessments over the time from the first window closing to the stop (the pipeline had work
