@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,18 +186,11 @@ def connect(
 
     Read-only never migrates and never creates the file: a missing file raises DatabaseNotFound.
     """
-    if str(path) == ":memory:":
-        conn = open_connection(path, read_only=read_only, config=config)
-        try:
-            if not read_only:
-                migrate(conn)
-            yield conn
-        finally:
-            conn.close()
-        return
-    if read_only and not Path(path).exists():
+    in_memory = str(path) == ":memory:"
+    if read_only and not in_memory and not Path(path).exists():
         raise DatabaseNotFound(f"no database at {path} yet: nothing ingested (run `hsi ingest` first)")
-    with database_lock(path, read_only=read_only, wait_seconds=wait_seconds):
+    lock = nullcontext() if in_memory else database_lock(path, read_only=read_only, wait_seconds=wait_seconds)
+    with lock:
         conn = open_connection(path, read_only=read_only, config=config)
         try:
             if not read_only:
