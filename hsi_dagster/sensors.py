@@ -313,7 +313,10 @@ def _frigate_default_status() -> dg.DefaultSensorStatus:
 
 @dg.sensor(minimum_interval_seconds=30, default_status=_frigate_default_status())
 def frigate_events_sensor(
-    context: dg.SensorEvaluationContext, frigate: FrigateResource, duckdb: HsiDuckDBResource
+    context: dg.SensorEvaluationContext,
+    frigate: FrigateResource,
+    duckdb: HsiDuckDBResource,
+    pipeline_settings: PipelineSettingsResource,
 ) -> dg.SkipReason:
     """Frigate's /api/events after the cursor -> detections (contract section 5), each event once, after it ended
     (core.frigate.plan_api_pull); a failed write leaves the cursor where it was, so the next tick retries."""
@@ -336,6 +339,7 @@ def frigate_events_sensor(
             source=f"{frigate.base_url}/api/events",
             resolutions={},  # an API event's box is relative to its frame already
             kind="api_event",
+            bounds=pipeline_settings.get().ingest_bounds,
         )
         summary = report.summary()
     context.update_cursor(plan.cursor.to_json())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,9 +16,10 @@ import dagster as dg
 import pytest
 
 from hsi_dagster.core.frigate import ApiCursor
-from hsi_dagster.resources import HsiDuckDBResource
+from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateApiError, FrigateResource
 from hsi_dagster.sensors import frigate_events_sensor
+from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.db import connect
 from hsi_dagster.synthetic.frigate import frigate_night
 from tests.support.fake_frigate import FakeFrigate, serve_frigate
@@ -53,10 +55,11 @@ def test_a_server_that_ignores_the_sort_is_refused_with_a_clear_error() -> None:
         FrigateResource(url="").events_after(0.0)
 
 
-def tick(db: Path, url: str, cursor: str | None) -> tuple[str | None, str]:
+def tick(db: Path, url: str, cursor: str | None, **settings: str) -> tuple[str | None, str]:
     resources = {
         "frigate": FrigateResource(url=url, page_size=2, settle_seconds=30),
         "duckdb": HsiDuckDBResource(database=str(db)),
+        "pipeline_settings": PipelineSettingsResource.from_settings(load_settings(os.devnull, **settings)),
     }
     with dg.build_sensor_context(cursor=cursor, resources=resources) as context:
         result = frigate_events_sensor.evaluate_tick(context)
@@ -109,3 +112,13 @@ def test_the_sensor_skips_without_a_url_and_a_malformed_event_is_quarantined(tmp
         rows = conn.execute("SELECT source, line_no, raw, reason FROM quarantine").fetchall()
     assert len(rows) == 1 and rows[0][0] == f"{url}/api/events" and rows[0][1] == 1
     assert rows[0][3].startswith("data.box:") and json.loads(rows[0][2])["id"] == "broken"
+
+
+def test_the_sensor_applies_the_ingest_bounds_of_the_settings(tmp_path: Path) -> None:
+    db = tmp_path / "hsi.duckdb"
+    scored = {**event("long-label", time.time() - 4000), "data": {"box": [0.1, 0.1, 0.5, 0.5], "top_score": 0.8}}
+    with serve_frigate(FakeFrigate([scored])) as url:
+        tick(db, url, None, INGEST_MAX_LABEL_CHARS="3")
+    with connect(db, read_only=True) as conn:
+        reasons = [row[0] for row in conn.execute("SELECT reason FROM quarantine").fetchall()]
+    assert len(reasons) == 1 and "INGEST_MAX_LABEL_CHARS" in reasons[0]
