@@ -56,6 +56,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from proc_stats import descendants, load_average  # bench/ is on sys.path when a bench runs
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the venv's bin: hsi, dagster, dagster-daemon
 SLOT_CONTEXT = 4096
@@ -73,10 +75,6 @@ def summary(values: list[float]) -> str:
     if not values:
         return "n/a"
     return f"median {statistics.median(values):.2f}s, p90 {p90(values):.2f}s, max {max(values):.2f}s (n={len(values)})"
-
-
-def load_average() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def _epoch(value: Any) -> float:
@@ -143,23 +141,6 @@ class Processes:
         with self._lock:
             self.closing = True
         self.stop_all_started()
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live descendant of pid (from /proc), whatever its process group."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 class LoadSampler(threading.Thread):

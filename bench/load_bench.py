@@ -45,6 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from proc_stats import descendants, load_average  # bench/ is on sys.path when a bench runs
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.reliability.stream_ledger: the accounting shared with the tests
 
@@ -69,26 +71,6 @@ BIN = Path(sys.executable).parent
 SLOT_CONTEXT = 4096
 BAD_EVERY = 10
 MAX_INGEST_LAG_S = 5.0
-
-
-def load_average() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def _utc(record: dict[str, Any]) -> datetime:
