@@ -26,7 +26,7 @@ from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.ledger import ledger
-from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
+from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick, step_failure_message
 
 pytestmark = pytest.mark.llm
 REPO = Path(__file__).resolve().parents[2]
@@ -50,15 +50,6 @@ def _hsi_env(tmp_path: Path, db: str, url: str) -> dict[str, str]:
         "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
         "PROMPT_SAFETY_MARGIN_TOKENS": "256",
     }
-
-
-def _failure_message(result: dg.ExecuteInProcessResult) -> str:
-    failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
-    message = ""
-    while failure is not None:
-        message += failure.message
-        failure = failure.cause
-    return message
 
 
 def test_hsi_process_without_a_server_says_so_within_seconds_and_the_batches_complete_later(llama_server, tmp_path):
@@ -114,7 +105,7 @@ def test_a_sensor_launched_run_without_a_server_fails_at_once_naming_it_and_comp
         seconds = time.monotonic() - started
         assert not failed.success
         assert seconds < 20, seconds  # was: 300 s start-up wait x 3 step attempts
-        message = _failure_message(failed)
+        message = step_failure_message(failed)
         assert batch_id in message and f"no llama-server at http://127.0.0.1:{port}" in message
         assert "hsi llm serve" in message
         assert not any(e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY for e in failed.all_events)

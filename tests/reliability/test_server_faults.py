@@ -30,20 +30,10 @@ from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.fake_llama import LOADING, FakeLlama, Reply
 from tests.support.ledger import ledger
 from tests.support.llm_fixtures import SERVER_SETTINGS, start_embedded
-from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
+from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick, step_failure_message
 
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
 CHAT = "/v1/chat/completions"
-
-
-def _failure_message(result: dg.ExecuteInProcessResult) -> str:
-    """The step failure's message with its causes (the retry wrapper's, then the Failure that caused it)."""
-    failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
-    message = ""
-    while failure is not None:
-        message += failure.message
-        failure = failure.cause
-    return message
 
 
 def _assessments(db: str, batch_id: str) -> int:
@@ -85,7 +75,7 @@ def test_server_killed_mid_backlog_fails_clearly_and_a_restarted_server_complete
             PIPELINE, partition_key=batch_ids[1], instance=instance, resources=res, raise_on_error=False
         )
         assert not failed.success
-        message = _failure_message(failed)
+        message = step_failure_message(failed)
         # the endpoint that failed: the readiness probe's (refused: nothing listens any more) or the completion's
         assert batch_ids[1] in message and re.search(rf"(GET|POST) http://127\.0\.0\.1:{port}/", message), message
         assert _assessments(db, batch_ids[1]) == 0
@@ -110,7 +100,7 @@ def test_a_server_slower_than_the_read_timeout_fails_naming_it_then_completes(fa
     failed = dg.materialize(PIPELINE, partition_key=batch_id, instance=instance, resources=res, raise_on_error=False)
     seconds = time.monotonic() - started
     assert not failed.success
-    message = _failure_message(failed)
+    message = step_failure_message(failed)
     assert f"POST {fake_llama.url}/v1/chat/completions failed after 3 tries: timed out" in message
     assert _assessments(db, batch_id) == 0
     fake_llama.clear(CHAT)  # the server is fast again
@@ -129,7 +119,7 @@ def test_503_while_loading_is_waited_for_and_past_the_startup_timeout_fails_nami
         PIPELINE, partition_key=batch_ids[0], instance=instance, resources=res, raise_on_error=False
     )
     assert not failed.success
-    message = _failure_message(failed)
+    message = step_failure_message(failed)
     assert f"llama-server at {fake_llama.url} was not ready within 1 s" in message
     assert f"GET {fake_llama.url}/health: HTTP 503" in message and "Loading model" in message
     assert fake_llama.count(CHAT) == 0 and _assessments(db, batch_ids[0]) == 0
@@ -154,7 +144,7 @@ def test_a_reply_that_is_not_json_fails_naming_the_endpoint_then_completes(fake_
     res = {**resources(db), "llm": _fake_llm(fake_llama)}
     failed = dg.materialize(PIPELINE, partition_key=batch_id, instance=instance, resources=res, raise_on_error=False)
     assert not failed.success
-    message = _failure_message(failed)
+    message = step_failure_message(failed)
     assert f"POST {fake_llama.url}/v1/chat/completions returned a reply that is not JSON" in message
     assert "502 Bad Gateway" in message
     assert _assessments(db, batch_id) == 0

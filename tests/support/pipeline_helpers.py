@@ -110,3 +110,13 @@ def sensor_tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, res: 
     for request in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
     return result
+
+
+def step_failure_message(result: dg.ExecuteInProcessResult) -> str:
+    """The first step failure's message with its causes (the retry wrapper's, then the Failure that caused it)."""
+    failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
+    message = ""
+    while failure is not None:
+        message += failure.message
+        failure = failure.cause
+    return message
