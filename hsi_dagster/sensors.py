@@ -21,7 +21,7 @@ from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, Pipel
 from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
-from hsi_dagster.storage.batches import pending_closed_batches
+from hsi_dagster.storage.batches import pending_windows
 from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.frigate import load_live_messages
 from hsi_dagster.storage.ingest import FileReport, IngestError, ingest_files
@@ -48,22 +48,29 @@ def batch_run_history(instance: dg.DagsterInstance, batch_ids: Sequence[str]) ->
     return history_from_runs(runs)
 
 
+@dataclass(frozen=True)
+class WindowPlan:
+    requests: list[dg.RunRequest]
+    new_partitions: list[str]
+    cursor: WindowCursor
+    next_change: float | None  # epoch seconds: the earliest later time the plan may differ (PendingWindows)
+
+
 def _plan_windows(
     context: dg.SensorEvaluationContext,
     conn: DuckDBPyConnection,
     settings: HsiSettings,
     window_cursor: str | None,
     as_of: datetime,
-) -> tuple[list[dg.RunRequest], list[str], WindowCursor]:
+) -> WindowPlan:
     """Each closed window once (run_key = batch_id), failed ones again after a back-off, given up after
-    MAX_ATTEMPTS (core/batch_policy.py, the rules `hsi process` follows too); capped per tick. Returns the run
-    requests, the partitions to add and the next cursor."""
-    closed = pending_closed_batches(conn, BatchRules.from_settings(settings), as_of)
+    MAX_ATTEMPTS (core/batch_policy.py, the rules `hsi process` follows too); capped per tick."""
+    windows = pending_windows(conn, BatchRules.from_settings(settings), as_of)
     unassessed = unassessed_batches(conn)
-    cameras = {batch.batch_id: batch.camera_id for batch in closed}
+    cameras = {batch.batch_id: batch.camera_id for batch in windows.closed}
     plan = plan_tick(
         WindowCursor.from_json(window_cursor),
-        [batch.batch_id for batch in closed],
+        [batch.batch_id for batch in windows.closed],
         unassessed,
         time.time(),
         cap=settings.SENSOR_MAX_BATCHES_PER_TICK,
@@ -84,11 +91,44 @@ def _plan_windows(
         )
         for request in plan.requests
     ]
-    return requests, list(plan.new_partitions), plan.cursor
+    next_change = windows.next_change.timestamp() if windows.next_change else None
+    return WindowPlan(requests, list(plan.new_partitions), plan.cursor, next_change)
 
 
 def _partition_requests(new_partitions: list[str]) -> list[dg.AddDynamicPartitionsRequest]:
     return [batch_partitions.build_add_request(new_partitions)] if new_partitions else []
+
+
+# ------------------------------------------------------------------------------------------------ holding a tick
+HOLD_POLL_SECONDS = 0.1
+
+
+def _folder_version(folder: Path | None) -> int | None:
+    """Changes whenever a file is created, renamed or removed in the folder (a stat: cheap to poll)."""
+    if folder is None:
+        return None
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def wait_for_close(due: float | None, until: float, watch: Path | None = None) -> bool:
+    """Sleep until `due` (a window closes), a change in the `watch` folder (a new inbox file), or `until`.
+
+    Dagster's sensor daemon evaluates sensors every 5 s whatever their minimum interval, so a window closing
+    just after a tick would wait up to 5 s for the next one; a tick that holds on for a window about to close
+    requests its run within a poll of the close. False when `until` came first (the tick should end)."""
+    seen = _folder_version(watch)
+    while True:
+        now = time.time()
+        if now >= until:
+            return False
+        if due is not None and now >= due:
+            return True
+        time.sleep(max(0.0, min(HOLD_POLL_SECONDS, until - now, (due - now) if due is not None else until)))
+        if watch is not None and _folder_version(watch) != seen:
+            return True
 
 
 @dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -98,20 +138,26 @@ def batch_window_sensor(
     """Closed windows -> runs, for detections that do not come through the inbox (`hsi ingest`, Frigate).
     Read-only. When the inbox folder exists, `inbox_sensor` plans the windows instead, right after each ingest,
     so that a window is never decided while its detections still wait in the inbox (two planners would also
-    race for the same window)."""
+    race for the same window). A window about to close is waited for (SENSOR_HOLD_SECONDS)."""
     settings = pipeline_settings.get()
     inbox = Path(settings.HSI_INBOX_DIR)
     if inbox.is_dir():
         return dg.SkipReason(f"windows are planned by inbox_sensor after each ingest (inbox folder {inbox} exists)")
+    hold_until = time.time() + settings.SENSOR_HOLD_SECONDS
     try:
-        with duckdb.get_connection(read_only=True) as conn:
-            requests, new_partitions, cursor = _plan_windows(context, conn, settings, context.cursor, datetime.now(UTC))
+        while True:
+            with duckdb.get_connection(read_only=True) as conn:
+                plan = _plan_windows(context, conn, settings, context.cursor, datetime.now(UTC))
+            if plan.requests or plan.next_change is None or plan.next_change > hold_until:
+                break
+            if not wait_for_close(plan.next_change, hold_until):
+                break
     except DatabaseNotFound as exc:
         return dg.SkipReason(str(exc))
     return dg.SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=_partition_requests(new_partitions),
-        cursor=cursor.to_json(),
+        run_requests=plan.requests,
+        dynamic_partitions_requests=_partition_requests(plan.new_partitions),
+        cursor=plan.cursor.to_json(),
     )
 
 
@@ -119,7 +165,6 @@ def batch_window_sensor(
 INBOX_MAX_FILES_PER_TICK = 500
 INBOX_MAX_BYTES_PER_TICK = 32 * 2**20  # a larger file is ingested by a run of ingest_job instead
 INBOX_MAX_SECONDS_PER_TICK = 20.0  # well under the daemon's 60 s sensor timeout
-INBOX_WRITE_DELAY_SECONDS = 1.0  # a file's detections may be this much older than the file (one-second files)
 
 
 @dataclass(frozen=True)
@@ -169,6 +214,110 @@ class InboxCursor:
         return json.dumps({"files": self.files, "windows": self.windows}, sort_keys=True, separators=(",", ":"))
 
 
+class InboxTick:
+    """One tick of inbox_sensor: loads the new files (possibly in several rounds while the tick holds on) and
+    plans the windows closed by then; what it loaded and handed on becomes the tick's result."""
+
+    def __init__(
+        self, context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, settings: HsiSettings, inbox: Path
+    ) -> None:
+        self.context, self.duckdb, self.settings, self.inbox = context, duckdb, settings, inbox
+        self.started = time.time()
+        self.cursor = InboxCursor.from_json(context.cursor)
+        self.handled: dict[str, str] = {}
+        self.ingest_runs: list[dg.RunRequest] = []
+        self.reports: list[FileReport] = []
+        self.failed: dict[str, str] = {}
+        self.pending: list[InboxFile] = []  # left for the next tick (bounds)
+        self.listed_at = self.started
+        self.loaded_files = self.loaded_bytes = 0
+
+    def load_new_files(self) -> bool:
+        """Loads the files not handled yet, within the tick's bounds; True if any was loaded or handed on. If the
+        tick dies midway, files loaded so far stay loaded and are skipped next time (the cursor is not advanced)."""
+        self.listed_at = time.time()
+        listed = inbox_files(self.inbox)
+        known = {**self.cursor.files, **self.handled}
+        self.handled = {str(f.path): f.version for f in listed if known.get(str(f.path)) == f.version}
+        new = [f for f in listed if str(f.path) not in self.handled]
+        budget = INBOX_MAX_BYTES_PER_TICK - self.loaded_bytes
+        to_load: list[InboxFile] = []
+        self.pending, handed_on = [], False
+        for f in new:
+            if f.size > INBOX_MAX_BYTES_PER_TICK:
+                self.ingest_runs.append(
+                    dg.RunRequest(
+                        job_name=ingest_job.name,
+                        run_key=f"{f.path.name}:{f.version}",
+                        run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(f.path.resolve())])}),
+                    )
+                )
+                self.handled[str(f.path)] = f.version
+                handed_on = True
+            elif self.loaded_files + len(to_load) < INBOX_MAX_FILES_PER_TICK and f.size <= budget and not self.pending:
+                to_load.append(f)
+                budget -= f.size
+            else:
+                self.pending.append(f)
+        if to_load:
+            with self.duckdb.get_connection() as conn:
+                for index, f in enumerate(to_load):
+                    if time.time() - self.started > INBOX_MAX_SECONDS_PER_TICK:
+                        self.pending[:0] = to_load[index:]
+                        break
+                    try:
+                        report = ingest_files(conn, [f.path], settings=self.settings, skip_already_ingested=True)
+                    except IngestError as exc:  # unreadable or corrupt: named in the log, not retried until it changes
+                        self.context.log.error(str(exc))
+                        self.failed[str(f.path)] = str(exc)
+                    else:
+                        self.reports += report.files
+                    self.handled[str(f.path)] = f.version
+                    self.loaded_files += 1
+                    self.loaded_bytes += f.size
+        return bool(to_load) or handed_on
+
+    def plan(self) -> WindowPlan | None:
+        """Windows are decided only up to the oldest file still waiting (all older files are loaded by now) and
+        INBOX_WRITE_DELAY_SECONDS before the listing (a file still being written may hold older detections)."""
+        as_of = min([self.listed_at] + [f.mtime_ns / 1e9 for f in self.pending])
+        as_of -= self.settings.INBOX_WRITE_DELAY_SECONDS
+        try:
+            with self.duckdb.get_connection(read_only=True) as conn:
+                return _plan_windows(
+                    self.context, conn, self.settings, self.cursor.windows, datetime.fromtimestamp(as_of, UTC)
+                )
+        except DatabaseNotFound:
+            return None
+
+    def result(self, plan: WindowPlan | None) -> dg.SensorResult:
+        if self.pending:
+            self.context.log.info(f"{len(self.pending)} inbox files left for the next tick (bounds per tick)")
+        events = []
+        if self.reports or self.failed:
+            events.append(
+                dg.AssetMaterialization(
+                    asset_key=DETECTIONS_KEY,
+                    description=f"{len(self.reports)} inbox files loaded by inbox_sensor",
+                    metadata={
+                        "files": dg.MetadataValue.json([r.source for r in self.reports]),
+                        "loaded": sum(r.loaded for r in self.reports),
+                        "duplicates_skipped": sum(r.duplicates for r in self.reports),
+                        "quarantined": sum(r.quarantined for r in self.reports),
+                        "already_ingested": sum(r.skipped for r in self.reports),
+                        "failed": dg.MetadataValue.json(self.failed),
+                        "elapsed_s": round(time.time() - self.started, 3),
+                    },
+                )
+            )
+        return dg.SensorResult(
+            run_requests=self.ingest_runs + (plan.requests if plan else []),
+            asset_events=events,
+            dynamic_partitions_requests=_partition_requests(plan.new_partitions if plan else []),
+            cursor=InboxCursor(self.handled, plan.cursor.to_json() if plan else self.cursor.windows).to_json(),
+        )
+
+
 @dg.sensor(
     jobs=[ingest_job, batch_pipeline_job], minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING
 )
@@ -177,89 +326,26 @@ def inbox_sensor(
 ) -> dg.SensorResult | dg.SkipReason:
     """Files dropped in HSI_INBOX_DIR are loaded here, in the tick (a run per file cost seconds each and queued
     behind one another), and reported as `detections` materializations; then the windows closed by then are
-    planned and their runs requested in the same tick. Bounded per tick (files, bytes, seconds); a file over the
-    byte bound goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died
-    midway: `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
+    planned and their runs requested in the same tick. While a window is open the tick holds on for up to
+    SENSOR_HOLD_SECONDS, loading files as they appear, and ends as soon as a window closes (its run requested
+    then, not at the next tick 5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
+    goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
+    `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
     settings = pipeline_settings.get()
     inbox = Path(settings.HSI_INBOX_DIR)
     if not inbox.is_dir():
         return dg.SkipReason(f"no inbox folder at {inbox}")
-    started = time.time()
-    cursor = InboxCursor.from_json(context.cursor)
-    listed = inbox_files(inbox)
-    handled = {str(f.path): f.version for f in listed if cursor.files.get(str(f.path)) == f.version}
-    new = [f for f in listed if str(f.path) not in handled]
-    run_requests: list[dg.RunRequest] = []
-    events: list[dg.AssetMaterialization] = []
-    pending: list[InboxFile] = []  # left for the next tick
-    reports: list[FileReport] = []
-    failed: dict[str, str] = {}
-    budget = INBOX_MAX_BYTES_PER_TICK
-    to_load: list[InboxFile] = []
-    for f in new:
-        if f.size > INBOX_MAX_BYTES_PER_TICK:
-            run_requests.append(
-                dg.RunRequest(
-                    job_name=ingest_job.name,
-                    run_key=f"{f.path.name}:{f.version}",
-                    run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(f.path.resolve())])}),
-                )
-            )
-            handled[str(f.path)] = f.version
-        elif len(to_load) < INBOX_MAX_FILES_PER_TICK and f.size <= budget and not pending:
-            to_load.append(f)
-            budget -= f.size
-        else:
-            pending.append(f)
-    # If the tick dies here, files loaded so far stay loaded and are skipped next time; the cursor is not advanced.
-    if to_load:
-        with duckdb.get_connection() as conn:
-            for index, f in enumerate(to_load):
-                if time.time() - started > INBOX_MAX_SECONDS_PER_TICK:
-                    pending[:0] = to_load[index:]
-                    break
-                try:
-                    report = ingest_files(conn, [f.path], settings=settings, skip_already_ingested=True)
-                except IngestError as exc:  # unreadable or corrupt: named in the log, not retried until it changes
-                    context.log.error(str(exc))
-                    failed[str(f.path)] = str(exc)
-                else:
-                    reports += report.files
-                handled[str(f.path)] = f.version
-    if reports or failed:
-        events.append(
-            dg.AssetMaterialization(
-                asset_key=DETECTIONS_KEY,
-                description=f"{len(reports)} inbox files loaded by inbox_sensor",
-                metadata={
-                    "files": dg.MetadataValue.json([r.source for r in reports]),
-                    "loaded": sum(r.loaded for r in reports),
-                    "duplicates_skipped": sum(r.duplicates for r in reports),
-                    "quarantined": sum(r.quarantined for r in reports),
-                    "already_ingested": sum(r.skipped for r in reports),
-                    "failed": dg.MetadataValue.json(failed),
-                    "elapsed_s": round(time.time() - started, 3),
-                },
-            )
-        )
-    # Windows are decided only up to the oldest file still waiting (all older files are loaded by now).
-    as_of = min([started] + [f.mtime_ns / 1e9 for f in pending]) - INBOX_WRITE_DELAY_SECONDS
-    if pending:
-        context.log.info(f"{len(pending)} inbox files left for the next tick (bounds per tick)")
-    try:
-        with duckdb.get_connection(read_only=True) as conn:
-            batch_requests, new_partitions, windows = _plan_windows(
-                context, conn, settings, cursor.windows, datetime.fromtimestamp(as_of, UTC)
-            )
-        window_cursor: str | None = windows.to_json()
-    except DatabaseNotFound:
-        batch_requests, new_partitions, window_cursor = [], [], cursor.windows
-    return dg.SensorResult(
-        run_requests=run_requests + batch_requests,
-        asset_events=events,
-        dynamic_partitions_requests=_partition_requests(new_partitions),
-        cursor=InboxCursor(handled, window_cursor).to_json(),
-    )
+    tick = InboxTick(context, duckdb, settings, inbox)
+    tick.load_new_files()
+    plan = tick.plan()
+    hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
+    while plan and not plan.requests and plan.next_change is not None and not tick.pending:
+        due = plan.next_change + settings.INBOX_WRITE_DELAY_SECONDS
+        if not wait_for_close(due, hold_until, watch=inbox):
+            break
+        if tick.load_new_files() or time.time() >= due:
+            plan = tick.plan()
+    return tick.result(plan)
 
 
 @dg.sensor(minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)

@@ -103,6 +103,20 @@ class HsiSettings(BaseSettings):
     HSI_INBOX_DIR: str = "data/inbox"
     PARTITION_RETENTION_DAYS: float = Field(7.0, gt=0)
     SENSOR_MAX_BATCHES_PER_TICK: int = Field(200, ge=1)
+    SENSOR_HOLD_SECONDS: float = Field(
+        3.5,
+        ge=0,
+        le=4.5,
+        description="How long a window sensor's tick may watch for a window about to close, to request its run at "
+        "once instead of at the next tick (Dagster's daemon ticks every 5 s); 0 = never wait.",
+    )
+    INBOX_WRITE_DELAY_SECONDS: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="How much older than its inbox file a detection can be (a writer that collects a second of "
+        "detections per file: 1 s); a window is decided only this long after it closes.",
+    )
 
     # --- ingest bounds (contract section 6; README "Bounds"): over a bound, a required field quarantines the record,
     # optional enrichment is cut to the bound and the detection kept (the cut listed in detections.enrichment_cuts) ---

@@ -206,3 +206,10 @@ def is_closed(batch: Batch, as_of: datetime, later_exists: bool) -> bool:
 def closed_batches(batches: Iterable[Batch], as_of: datetime) -> list[Batch]:
     """The batches closed as of `as_of`, ordered by (closes_at, batch_id): the order to process them in."""
     return sorted((b for b in batches if b.closed(as_of)), key=lambda b: (b.closes_at, b.batch_id))
+
+
+def next_close(batches: Iterable[Batch], as_of: datetime) -> datetime | None:
+    """When the earliest window still open as of `as_of` closes if no detection joins it (None: none open).
+
+    A sensor that knows this can wait for that moment instead of for its next tick."""
+    return min((b.closes_at for b in batches if not b.closed(as_of)), default=None)

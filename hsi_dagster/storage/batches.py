@@ -14,6 +14,7 @@ it is batched by the same rules with the other unassigned detections, into a new
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from hsi_dagster.core.batching import (
     batch_id_camera_prefix,
     camera_key,
     closed_batches,
+    next_close,
 )
 from hsi_dagster.core.detections import loads_enrichment
 
@@ -86,9 +88,32 @@ def pending_closed_batches(
 
     Read-only; one scan of the unassigned detections, so a sensor can call it every tick.
     """
-    as_of = _utc(as_of)
-    closed = closed_batches(assign_batches(_refs(conn, as_of), rules), as_of)
+    closed = pending_windows(conn, rules, as_of).closed
     return closed if limit is None else closed[: max(0, limit)]
+
+
+@dataclass(frozen=True)
+class PendingWindows:
+    closed: list[Batch]  # closed as of the given time, not recorded yet, in processing order
+    next_close: datetime | None  # when the earliest still-open window closes if nothing joins it
+    next_in_view: datetime | None  # the earliest unassigned detection later than the given time
+
+    @property
+    def next_change(self) -> datetime | None:
+        """The earliest later `as_of` that may close a window with no new detection loaded: a sensor waits for it."""
+        return min((t for t in (self.next_close, self.next_in_view) if t is not None), default=None)
+
+
+def pending_windows(conn: duckdb.DuckDBPyConnection, rules: BatchRules, as_of: datetime) -> PendingWindows:
+    """The closed windows (pending_closed_batches) and when that answer may change next."""
+    as_of = _utc(as_of)
+    batches = assign_batches(_refs(conn, as_of), rules)
+    [later] = conn.execute(
+        "SELECT min(ts) FROM detections WHERE batch_id IS NULL AND ts > $as_of", {"as_of": as_of}
+    ).fetchone() or [None]
+    return PendingWindows(
+        closed_batches(batches, as_of), next_close(batches, as_of), later.astimezone(UTC) if later else None
+    )
 
 
 def _batch_from_row(row: dict[str, Any]) -> Batch:

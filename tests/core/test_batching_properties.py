@@ -17,6 +17,7 @@ from hsi_dagster.core.batching import (
     closed_batches,
     is_closed,
     make_batch_id,
+    next_close,
 )
 from hsi_dagster.settings import HsiSettings
 
@@ -113,6 +114,21 @@ def test_closed_means_clock_past_closes_at_or_a_later_batch(items: list[Detectio
     for batch in batches:
         expected = as_of >= batch.closes_at or not batch.trailing
         assert (batch in closed) == expected == batch.closed(as_of)
+
+
+@given(detections(), st.integers(-10, 700))
+def test_next_close_is_the_earliest_close_of_the_windows_still_open(items: list[DetectionRef], offset: int) -> None:
+    """What a sensor may wait for: no window closes between `as_of` and next_close, and at next_close one does."""
+    as_of = T0 + timedelta(seconds=offset)
+    batches = assign_batches(items, RULES)
+    due = next_close(batches, as_of)
+    still_open = [b for b in batches if not b.closed(as_of)]
+    if not still_open:
+        assert due is None
+        return
+    assert due is not None and due > as_of
+    assert not any(b.closed(due - timedelta(microseconds=1)) for b in still_open)
+    assert any(b.closed(due) for b in still_open)
 
 
 @settings(max_examples=300, deadline=None)

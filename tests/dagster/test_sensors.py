@@ -2,6 +2,7 @@
 (ephemeral) Dagster instance."""
 
 import os
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -246,6 +247,66 @@ def test_batch_window_sensor_leaves_windows_to_the_inbox_sensor_when_the_inbox_e
     assert skipped.run_requests == [] and "inbox_sensor" in (skipped.skip_message or "")
     planned = sensor_tick(inbox_sensor, instance, res, None)
     assert [r.tags["hsi/camera"] for r in planned.run_requests] == ["cam1"]
+
+
+def _drop(inbox, name: str, *lines: str) -> None:
+    """As a writer does: a `.`-prefixed file renamed when complete."""
+    part = inbox / f".{name}.part"
+    part.write_text("".join(line + "\n" for line in lines))
+    part.rename(inbox / name)
+
+
+def test_inbox_tick_holds_on_for_a_window_about_to_close_and_requests_it_in_the_same_tick(instance, tmp_path):
+    """The daemon ticks every 5 s: a window closing 1.5 s after a tick started is requested by that tick, once its
+    close and the write delay have passed, and never before; with SENSOR_HOLD_SECONDS=0 it waits for a later tick."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    closes_at = time.time() + 1.5  # idle timeout 30 s after the only detection
+    _drop(inbox, "a.jsonl", detection("h-1", "porch", datetime.fromtimestamp(closes_at - 30, UTC)))
+    db = str(tmp_path / "db.duckdb")
+    quick = sensor_tick(inbox_sensor, instance, resources(db, HSI_INBOX_DIR=str(inbox), SENSOR_HOLD_SECONDS="0"), None)
+    assert materialized_files(quick) == ["a.jsonl"] and quick.run_requests == []
+    assert time.time() < closes_at  # it did not wait
+    res = resources(db, HSI_INBOX_DIR=str(inbox), SENSOR_HOLD_SECONDS="3.5")
+    held = sensor_tick(inbox_sensor, instance, res, quick.cursor)
+    [request] = held.run_requests
+    assert request.tags["hsi/camera"] == "porch" and held.asset_events == []
+    assert time.time() >= closes_at + res["pipeline_settings"].get().INBOX_WRITE_DELAY_SECONDS
+    assert sensor_tick(inbox_sensor, instance, res, held.cursor).run_requests == []
+
+
+def test_inbox_hold_loads_files_as_they_arrive_extending_open_windows_and_closing_fast_path_ones(instance, tmp_path):
+    """While the tick holds on, a file that arrives is loaded in the same tick: its detection extends the porch
+    window (not requested: it would be split), and its confident person (fast path) is requested at once."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    first_close = time.time() + 1.5
+    _drop(inbox, "1.jsonl", detection("p-1", "porch", datetime.fromtimestamp(first_close - 30, UTC)))
+
+    def later_file() -> None:
+        time.sleep(0.6)
+        now = datetime.now(UTC)
+        _drop(inbox, "2.jsonl", detection("p-2", "porch", now), detection("d-1", "door", now, "person", 0.95))
+
+    writer = threading.Thread(target=later_file)
+    writer.start()
+    res = resources(str(tmp_path / "db.duckdb"), HSI_INBOX_DIR=str(inbox), SENSOR_HOLD_SECONDS="3.5")
+    try:
+        held = sensor_tick(inbox_sensor, instance, res, None)
+    finally:
+        writer.join()
+    assert materialized_files(held) == ["1.jsonl", "2.jsonl"]
+    [request] = held.run_requests
+    assert request.tags["hsi/camera"] == "door"
+    assert time.time() < first_close + 30  # the extended porch window is still open: not requested
+
+
+def test_batch_window_sensor_holds_on_for_a_window_about_to_close(instance, db):
+    closes_at = time.time() + 1.0
+    ingest_lines(db, [detection("b-1", "yard", datetime.fromtimestamp(closes_at - 30, UTC))])
+    result = sensor_tick(batch_window_sensor, instance, resources(db, SENSOR_HOLD_SECONDS="3"), None)
+    [request] = result.run_requests
+    assert request.tags["hsi/camera"] == "yard" and time.time() >= closes_at
 
 
 def test_inbox_cursor_of_the_run_per_file_sensor_is_read():

@@ -15,6 +15,7 @@ from hsi_dagster.storage.batches import (
     list_batches,
     load_batch,
     pending_closed_batches,
+    pending_windows,
     record_batch,
 )
 from hsi_dagster.storage.db import connect
@@ -56,6 +57,19 @@ def conn(tmp_path: Path):
 
 def assigned(conn, detection_id: str) -> str | None:
     return conn.execute("SELECT batch_id FROM detections WHERE detection_id = ?", [detection_id]).fetchone()[0]
+
+
+def test_pending_windows_say_when_the_answer_may_change_next(conn) -> None:
+    """A sensor waits for next_change: an open window's close, or an unassigned detection coming into view."""
+    ingest_lines(conn, [det("a", 0), det("b", 10), det("c", 100, camera="other")])
+    early = pending_windows(conn, RULES, at(20))
+    assert early.closed == [] and early.next_close == at(40) and early.next_in_view == at(100)
+    assert early.next_change == at(40)
+    later = pending_windows(conn, RULES, at(60))
+    assert [b.detection_ids for b in later.closed] == [("a", "b")]
+    assert later.next_close is None and later.next_change == at(100)
+    done = pending_windows(conn, RULES, at(200))
+    assert done.next_close is None and done.next_in_view is None and done.next_change is None
 
 
 def test_pending_closed_batches_match_the_pure_rules(conn) -> None:
