@@ -1,0 +1,92 @@
+"""A run process started BEFORE its run: `WarmProcessRunLauncher` keeps one per code origin.
+
+`python -m hsi_dagster.run_worker --origin <JobPythonOrigin JSON> --ready-fd N` imports dagster and loads the code
+location (what costs ~1.5 s in a fresh interpreter), closes the ready pipe, then waits on stdin for one line: the
+`ExecuteRunArgs` JSON that `dagster api execute_run` takes. It runs that command in-process (one run per process,
+then exit) or, if project code changed on disk since the pre-load, `execv`s a fresh `dagster api execute_run` so a
+developer's edit is never run stale. EOF on stdin (the launcher disposed or its process died): exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import sysconfig
+import time
+
+
+def _installed_roots() -> tuple[str, ...]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}
+    return tuple(os.path.realpath(p) + os.sep for p in paths if p)
+
+
+def changed_project_files(since: float) -> list[str]:
+    """Files of imported modules outside the installed locations (project code, editable installs) newer than
+    `since`: the code this process holds in memory is older than the code on disk."""
+    roots = _installed_roots()
+    changed = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(roots):
+            continue
+        try:
+            if os.stat(real).st_mtime > since:
+                changed.append(real)
+        except OSError:
+            continue
+    return changed
+
+
+def _preload(origin_json: str | None) -> None:
+    """Import what `dagster api execute_run` imports and, given an origin, the job's definitions."""
+    import dagster._cli.api  # noqa: F401
+    import dagster._core.storage.event_log.sqlite  # noqa: F401
+    import dagster._core.storage.runs.sqlite  # noqa: F401
+
+    if origin_json:
+        from dagster._core.origin import JobPythonOrigin
+        from dagster._serdes import deserialize_value
+        from dagster._utils.hosted_user_process import recon_job_from_origin
+
+        recon_job_from_origin(deserialize_value(origin_json, JobPythonOrigin)).get_definition()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hsi_dagster.run_worker")
+    parser.add_argument("--origin", help="serialized JobPythonOrigin to pre-load")
+    parser.add_argument("--ready-fd", type=int, help="pipe to close once pre-loaded")
+    args = parser.parse_args(argv)
+    # Idle, a Ctrl-C of the process group (dagster dev stopping) must not print a traceback: the worker leaves on
+    # EOF when its launcher's process exits. A run, once read, gets Dagster's own interrupt handling back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    loaded_at = time.time()
+    try:
+        _preload(args.origin)
+    except Exception as error:  # the run itself will report the failure, from a fresh interpreter
+        print(f"hsi run_worker: pre-load failed ({error!r}); the run will start cold", file=sys.stderr, flush=True)
+        loaded_at = 0.0
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"ready")
+        os.close(args.ready_fd)
+    payload = sys.stdin.readline().strip()
+    if not payload:
+        return 0
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stale = changed_project_files(loaded_at) if loaded_at else ["(pre-load failed)"]
+    if stale:
+        print(f"hsi run_worker: code changed since pre-load ({stale[0]}); running cold", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "dagster", "api", "execute_run", payload])
+    from dagster._cli.api import execute_run_command
+
+    execute_run_command.main(args=[payload], prog_name="dagster api execute_run", standalone_mode=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
