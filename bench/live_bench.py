@@ -588,6 +588,21 @@ def dagster_ticks(home: Path) -> list[dict]:
     return ticks
 
 
+def wait_for_runs_to_finish(home: Path, timeout: float) -> None:
+    import dagster as dg
+
+    unfinished = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
+    deadline = time.monotonic() + timeout
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        while instance.get_runs_count(dg.RunsFilter(statuses=unfinished)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+
 def risk_materializations(home: Path) -> dict[str, int]:
     import dagster as dg
 
@@ -753,8 +768,9 @@ def llm_slot_waits(table: list[dict], runs: list[dict], lane: str, slots: int) -
 
 def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: str) -> dict[str, list[float]]:
     """Per batch run of the lane: the time spent in each stage, from closes_at to the row."""
-    tick_start = {t["id"]: t["start"] for t in ticks}
-    tick_of_run = {run_id: t["start"] for t in ticks for run_id in t["run_ids"]}
+    # A tick's runs are requested when it ends (a tick may hold on for a window about to close: SENSOR_HOLD_SECONDS).
+    tick_end = {t["id"]: t["end"] or t["start"] for t in ticks}
+    tick_of_run = {run_id: t["end"] or t["start"] for t in ticks for run_id in t["run_ids"]}
     by_partition: dict[str, list[dict]] = {}
     for run in runs:
         if run["job"] == "batch_pipeline" and run["partition"]:
@@ -771,11 +787,11 @@ def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: 
         if not got or not candidates:
             continue
         run = candidates[0]
-        tick = tick_of_run.get(run["run_id"]) or (tick_start.get(int(run["tick"])) if run.get("tick") else None)
-        add("window closed -> sensor tick that requested the run", got["closes_at"], tick)
+        tick = tick_of_run.get(run["run_id"]) or (tick_end.get(int(run["tick"])) if run.get("tick") else None)
+        add("window closed -> end of the tick that requested the run", got["closes_at"], tick)
         add("window closed -> detections visible (ingest)", got["closes_at"], got["visible_at"])
-        add("visible -> sensor tick", got["visible_at"], tick)
-        add("sensor tick -> run enqueued", tick, run.get("enqueued") or run["created"])
+        add("visible -> end of that tick", got["visible_at"], tick)
+        add("tick end -> run enqueued", tick, run.get("enqueued") or run["created"])
         add("enqueued -> RUN_STARTING (queue, pools)", run.get("enqueued") or run["created"], run.get("starting"))
         add("RUN_STARTING -> run process started (spawn, imports)", run.get("starting"), run.get("process_started"))
         add("process started -> RUN_START", run.get("process_started"), run.get("run_start"))
@@ -1014,6 +1030,7 @@ def run_lane(
     done_at = time.time()
     print(f"{name}: done {done_at - last_close:.0f}s after the last window closed", flush=True)
     if daemon is not None:
+        wait_for_runs_to_finish(lane.home, timeout=60.0)  # a run still runs its checks after storing its row
         procs.stop(daemon)
     if cli_thread is not None:
         cli_thread.stop_event.set()

@@ -2,6 +2,7 @@
 alerts."""
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.batches import pending_windows
-from hsi_dagster.storage.db import DatabaseNotFound
+from hsi_dagster.storage.db import DatabaseNotFound, written_files
 from hsi_dagster.storage.frigate import load_live_messages
 from hsi_dagster.storage.ingest import FileReport, IngestError, ingest_files
 from hsi_dagster.storage.pipeline_tables import unassessed_batches
@@ -101,25 +102,25 @@ def _partition_requests(new_partitions: list[str]) -> list[dg.AddDynamicPartitio
 
 # ------------------------------------------------------------------------------------------------ holding a tick
 HOLD_POLL_SECONDS = 0.1
+HOLD_LINGER_SECONDS = 0.5  # a tick with runs to request still waits this long for the next close (same tick)
 
 
-def _folder_version(folder: Path | None) -> int | None:
-    """Changes whenever a file is created, renamed or removed in the folder (a stat: cheap to poll)."""
-    if folder is None:
-        return None
-    try:
-        return folder.stat().st_mtime_ns
-    except OSError:
-        return None
+def _version(watch: Sequence[str | os.PathLike[str]]) -> tuple[int | None, ...]:
+    """Changes whenever a watched file is written, or a file is created, renamed or removed in a watched folder
+    (a stat each: cheap to poll)."""
+    versions: list[int | None] = []
+    for path in watch:
+        try:
+            versions.append(os.stat(path).st_mtime_ns)
+        except OSError:
+            versions.append(None)
+    return tuple(versions)
 
 
-def wait_for_close(due: float | None, until: float, watch: Path | None = None) -> bool:
-    """Sleep until `due` (a window closes), a change in the `watch` folder (a new inbox file), or `until`.
-
-    Dagster's sensor daemon evaluates sensors every 5 s whatever their minimum interval, so a window closing
-    just after a tick would wait up to 5 s for the next one; a tick that holds on for a window about to close
-    requests its run within a poll of the close. False when `until` came first (the tick should end)."""
-    seen = _folder_version(watch)
+def wait_for_change(due: float | None, until: float, watch: Sequence[str | os.PathLike[str]] = ()) -> bool:
+    """Sleep until `due` (a window may close), a change in what is watched (an inbox file, a database write), or
+    `until`. False when `until` came first: the tick should end."""
+    seen = _version(watch)
     while True:
         now = time.time()
         if now >= until:
@@ -127,8 +128,22 @@ def wait_for_close(due: float | None, until: float, watch: Path | None = None) -
         if due is not None and now >= due:
             return True
         time.sleep(max(0.0, min(HOLD_POLL_SECONDS, until - now, (due - now) if due is not None else until)))
-        if watch is not None and _folder_version(watch) != seen:
+        if watch and _version(watch) != seen:
             return True
+
+
+def keep_holding(has_requests: bool, due: float | None, hold_until: float) -> bool:
+    """Dagster's sensor daemon evaluates sensors every 5 s whatever their minimum interval, so a window closing
+    just after a tick would wait up to 5 s for the next one. A tick therefore holds on (up to SENSOR_HOLD_SECONDS,
+    watching) until it has a run to request, and then only lingers for a close due within HOLD_LINGER_SECONDS."""
+    if not has_requests:
+        return True
+    return due is not None and due <= min(time.time() + HOLD_LINGER_SECONDS, hold_until)
+
+
+def next_due(plan: WindowPlan, delay: float) -> float | None:
+    """When to plan again even if nothing new is seen: the plan's next change, once the write delay has passed."""
+    return plan.next_change + delay if plan.next_change is not None else None
 
 
 @dg.sensor(job=batch_pipeline_job, minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -138,7 +153,8 @@ def batch_window_sensor(
     """Closed windows -> runs, for detections that do not come through the inbox (`hsi ingest`, Frigate).
     Read-only. When the inbox folder exists, `inbox_sensor` plans the windows instead, right after each ingest,
     so that a window is never decided while its detections still wait in the inbox (two planners would also
-    race for the same window). A window about to close is waited for (SENSOR_HOLD_SECONDS)."""
+    race for the same window). The tick holds on (SENSOR_HOLD_SECONDS), planning again after each database
+    write and at each window's close, and ends as soon as it has runs to request."""
     settings = pipeline_settings.get()
     inbox = Path(settings.HSI_INBOX_DIR)
     if inbox.is_dir():
@@ -148,9 +164,10 @@ def batch_window_sensor(
         while True:
             with duckdb.get_connection(read_only=True) as conn:
                 plan = _plan_windows(context, conn, settings, context.cursor, datetime.now(UTC))
-            if plan.requests or plan.next_change is None or plan.next_change > hold_until:
+            due = next_due(plan, 0.0)
+            if not keep_holding(bool(plan.requests), due, hold_until):
                 break
-            if not wait_for_close(plan.next_change, hold_until):
+            if not wait_for_change(due, hold_until, written_files(duckdb.database)):
                 break
     except DatabaseNotFound as exc:
         return dg.SkipReason(str(exc))
@@ -326,9 +343,9 @@ def inbox_sensor(
 ) -> dg.SensorResult | dg.SkipReason:
     """Files dropped in HSI_INBOX_DIR are loaded here, in the tick (a run per file cost seconds each and queued
     behind one another), and reported as `detections` materializations; then the windows closed by then are
-    planned and their runs requested in the same tick. While a window is open the tick holds on for up to
-    SENSOR_HOLD_SECONDS, loading files as they appear, and ends as soon as a window closes (its run requested
-    then, not at the next tick 5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
+    planned and their runs requested in the same tick. The tick holds on (SENSOR_HOLD_SECONDS), loading files
+    as they appear and planning again at each window's close, and ends as soon as it has runs to request (not at
+    the next tick, up to 5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
     goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
     `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
     settings = pipeline_settings.get()
@@ -339,11 +356,14 @@ def inbox_sensor(
     tick.load_new_files()
     plan = tick.plan()
     hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
-    while plan and not plan.requests and plan.next_change is not None and not tick.pending:
-        due = plan.next_change + settings.INBOX_WRITE_DELAY_SECONDS
-        if not wait_for_close(due, hold_until, watch=inbox):
+    delay = settings.INBOX_WRITE_DELAY_SECONDS
+    while plan and not tick.pending:
+        due = next_due(plan, delay)
+        if not keep_holding(bool(plan.requests or tick.ingest_runs), due, hold_until):
             break
-        if tick.load_new_files() or time.time() >= due:
+        if not wait_for_change(due, hold_until, [inbox]):
+            break
+        if tick.load_new_files() or (due is not None and time.time() >= due):
             plan = tick.plan()
     return tick.result(plan)
 

@@ -54,6 +54,12 @@ def lock_path(path: str | os.PathLike[str]) -> str:
     return f"{os.fspath(path)}.lock"
 
 
+def written_files(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """The files a committed write changes (the database and its write-ahead log): their modification times tell
+    a watcher that something was written, without opening the database."""
+    return os.fspath(path), f"{os.fspath(path)}.wal"
+
+
 @dataclass
 class _ProcessLock:
     """This process's hold on one database's lock file: shared or exclusive, and who in the process uses it."""

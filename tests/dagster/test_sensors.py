@@ -309,6 +309,34 @@ def test_batch_window_sensor_holds_on_for_a_window_about_to_close(instance, db):
     assert request.tags["hsi/camera"] == "yard" and time.time() >= closes_at
 
 
+def test_a_holding_tick_sees_detections_loaded_meanwhile_and_ends_when_it_has_runs(instance, tmp_path):
+    """No window open when the tick starts: it watches anyway. `hsi ingest` (another process, here a thread)
+    loads a confident person 0.5 s later; the tick plans again after that database write and requests it."""
+    db = str(tmp_path / "db.duckdb")
+    ingest_lines(db, [detection("old", "yard", hours_ago(2))])
+    res = resources(db, SENSOR_HOLD_SECONDS="3")
+    first = sensor_tick(batch_window_sensor, instance, res, None)  # the old window: requested at once
+    assert len(first.run_requests) == 1
+
+    def ingest_later() -> None:
+        time.sleep(0.5)
+        ingest_lines(db, [detection("p-1", "gate", datetime.now(UTC), "person", 0.95)], source="later")
+
+    writer = threading.Thread(target=ingest_later)
+    started = time.time()
+    writer.start()
+    try:
+        second = sensor_tick(batch_window_sensor, instance, res, first.cursor)
+    finally:
+        writer.join()
+    [request] = second.run_requests
+    assert request.tags["hsi/camera"] == "gate"
+    assert time.time() - started < 3  # ended with its run, before the hold's end
+    idle = time.time()
+    assert sensor_tick(batch_window_sensor, instance, res, second.cursor).run_requests == []
+    assert time.time() - idle >= 3  # nothing to request: it watched for the whole hold
+
+
 def test_inbox_cursor_of_the_run_per_file_sensor_is_read():
     old = dg.serialize_value({"/in/a.jsonl": "10:5"})
     assert InboxCursor.from_json(old).files == {"/in/a.jsonl": "10:5"}

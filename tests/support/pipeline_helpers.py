@@ -63,6 +63,7 @@ def resources(
     """Resources configured as `definitions.build_resources` does, from test settings (no settings file). The inbox
     defaults to a folder beside the database that does not exist (the relative default depends on the cwd)."""
     settings_overrides.setdefault("HSI_INBOX_DIR", os.path.join(os.path.dirname(db_path), "inbox"))
+    settings_overrides.setdefault("SENSOR_HOLD_SECONDS", "0")  # a tick returns at once unless a test asks to hold
     settings = load_settings(
         os.devnull,
         **{"NEMOTRON_MAX_OUTPUT_TOKENS": "256", "PROMPT_SAFETY_MARGIN_TOKENS": "256", "CTX_SIZE": "8192"},
