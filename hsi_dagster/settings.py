@@ -75,6 +75,13 @@ class HsiSettings(BaseSettings):
         256, ge=-1, description="llama-server's host-RAM prompt cache (--cache-ram), MiB; 0 = off, -1 = no limit."
     )
     THREADS: int | None = Field(None, ge=1, description="CPU threads; unset = all cores.")
+    PRIO: int = Field(
+        -1,
+        ge=-1,
+        le=3,
+        description="Priority of llama.cpp's compute threads (--prio, --prio-batch): -1 low (nice 5, SCHED_BATCH), "
+        "0 normal, 1-3 higher. Low: on a shared CPU the orchestration that feeds the LLM never queues behind it.",
+    )
     BATCH_SIZE: int = Field(2048, ge=32)
     LLM_HOST: str = "127.0.0.1"
     LLM_PORT: int = Field(8091, ge=1, le=65535)
@@ -135,6 +142,10 @@ class HsiSettings(BaseSettings):
     QUARANTINE_RAW_MAX_CHARS: int = Field(4096, ge=64, description="Characters of a bad line kept in quarantine.raw.")
     HSI_SLOT_LEASE_DIR: str | None = Field(
         None, description="Lock files that bound LLM requests across processes; unset = <temp dir>/hsi-llm-slots."
+    )
+    HSI_PROBE_CACHE_DIR: str | None = Field(
+        None,
+        description="Schema-probe passes shared across processes; unset = <Dagster instance storage>/hsi-schema-probe.",
     )
 
     # --- enrichment and prompts ---
@@ -215,6 +226,7 @@ class HsiSettings(BaseSettings):
         "DRAFT_MODEL_PATH",
         "OVERRIDE_TENSOR",
         "HSI_SLOT_LEASE_DIR",
+        "HSI_PROBE_CACHE_DIR",
         mode="before",
     )
     @classmethod

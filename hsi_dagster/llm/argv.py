@@ -73,6 +73,8 @@ def build_argv(
     if options.threads is not None:
         argv += ["--threads", str(options.threads)]
     argv += [
+        "--prio", str(options.priority),
+        "--prio-batch", str(options.priority),
         "--batch-size", str(options.batch_size),
         "--cache-type-k", options.cache_type_k,
         "--cache-type-v", options.cache_type_v,

@@ -103,6 +103,8 @@ def build_params(options: LlamaServerOptions, *, verbosity: int = DEFAULT_VERBOS
     if options.threads is not None:
         params.cpuparams.n_threads = int(options.threads)
         params.cpuparams_batch.n_threads = int(options.threads)
+    params.cpuparams.priority = xllamacpp.ggml_sched_priority(int(options.priority))
+    params.cpuparams_batch.priority = xllamacpp.ggml_sched_priority(int(options.priority))
     params.n_batch = int(options.batch_size)
     params.n_ubatch = min(int(params.n_ubatch), int(options.batch_size))
     params.api_keys = [options.api_key] if options.api_key else []

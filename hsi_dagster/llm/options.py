@@ -86,6 +86,7 @@ class LlamaServerOptions:
     cache_reuse: int
     cache_ram_mib: int
     threads: int | None
+    priority: int  # PRIO: -1 low .. 3 realtime (llama.cpp's ggml_sched_priority)
     batch_size: int
     api_key: str | None
     mlock: bool
@@ -123,6 +124,7 @@ class LlamaServerOptions:
             cache_reuse=settings.CACHE_REUSE,
             cache_ram_mib=settings.CACHE_RAM_MIB,
             threads=settings.THREADS,
+            priority=settings.PRIO,
             batch_size=settings.BATCH_SIZE,
             api_key=settings.api_key,
             mlock=settings.MLOCK,

@@ -23,6 +23,7 @@ MODEL = "/models/m.gguf"
 DEFAULT_ARGV = [
     "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091", "--n-gpu-layers", "auto",
     "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
+    "--prio", "-1", "--prio-batch", "-1",
     "--batch-size", "2048", "--cache-type-k", "f16", "--cache-type-v", "f16", "--cache-reuse", "256",
     "--cache-ram", "256",
 ]  # fmt: skip
@@ -51,7 +52,8 @@ CASES = {
             "llama-server", "--model", MODEL, "--alias", "m", "--host", "0.0.0.0", "--port", "9000",
             "--n-gpu-layers", "all",
             "--ctx-size", "65536", "--parallel", "4", "--cont-batching", "--metrics", "--slots", "--flash-attn", "off",
-            "--threads", "8", "--batch-size", "512", "--cache-type-k", "q8_0", "--cache-type-v", "bf16",
+            "--threads", "8", "--prio", "-1", "--prio-batch", "-1",
+            "--batch-size", "512", "--cache-type-k", "q8_0", "--cache-type-v", "bf16",
             "--cache-reuse", "0", "--cache-ram", "256", "--load-mode", "mmap+mlock", "--n-cpu-moe", "12",
             "--spec-type", "draft-simple", "--model-draft", "/models/draft.gguf",
         ],
@@ -65,6 +67,7 @@ CASES = {
             "llama-server", "--model", MODEL, "--alias", "m", "--host", "127.0.0.1", "--port", "8091",
             "--n-gpu-layers", "40",
             "--ctx-size", "32768", "--parallel", "2", "--cont-batching", "--metrics", "--slots", "--flash-attn", "on",
+            "--prio", "-1", "--prio-batch", "-1",
             "--batch-size", "2048", "--cache-type-k", "q4_0", "--cache-type-v", "q8_0", "--cache-reuse", "256",
             "--cache-ram", "256", "--override-tensor", r"blk\.(1|2)\.ffn_.*_exps=CPU",
         ],

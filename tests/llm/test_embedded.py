@@ -65,6 +65,9 @@ def test_build_params_maps_every_option() -> None:
     assert params.cache_ram_mib == 64
     assert params.n_cache_reuse == 128 and params.n_batch == 256 and params.n_ubatch == 256
     assert params.cpuparams.n_threads == 2 and params.cpuparams_batch.n_threads == 2
+    low = xllamacpp.ggml_sched_priority(-1)  # PRIO default: compute threads at nice 5, SCHED_BATCH
+    assert params.cpuparams.priority == low and params.cpuparams_batch.priority == low
+    assert build_params(_options(priority=0)).cpuparams.priority == xllamacpp.ggml_sched_priority(0)
     assert params.api_keys == ["k1"]
     assert params.n_gpu_layers == -2  # xllamacpp: -1 auto, <= -2 all
     assert params.tensor_buft_overrides == r"blk\.0\.ffn_(up|down|gate)_exps=CPU,blk\.1\.ffn_(up|down|gate)_exps=CPU"
