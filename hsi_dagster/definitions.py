@@ -73,6 +73,7 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             fallback_total_slots=settings.PARALLEL,
             fallback_slot_context=settings.slot_context,
             slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
+            probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
         ),
         "enrichment": enrichment_resource(settings),
         "alert_webhook": AlertWebhookResource(

@@ -81,6 +81,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         fallback_total_slots=settings.PARALLEL,
         fallback_slot_context=settings.slot_context,
         slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
+        probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
     )
 
     def show(result: ScenarioResult) -> None:

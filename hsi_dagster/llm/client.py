@@ -8,7 +8,8 @@ It composes the parts that each have one job:
   below the server's slots across every thread and client, the cached readiness, the schema-probe verdict) and the
   cross-process slot lease every completion holds, so all processes together stay within the server's slots;
 - `openai_compat`: the fallback for OpenAI-compatible servers without /props (vLLM).
-`ensure_ready` (health, per-slot context, JSON-schema enforcement probe) runs once per process per base URL.
+`ensure_ready` (health, per-slot context, JSON-schema enforcement probe) runs once per process per base URL; a
+passed probe is shared with later processes through `probe_cache_dir` (probe_cache.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from pathlib import Path
 
 import httpx
 
@@ -94,6 +96,7 @@ class LlamaClient:
         fallback_total_slots: int | None = None,
         fallback_slot_context: int | None = None,
         slot_lease_dir: str | None = None,  # HSI_SLOT_LEASE_DIR; None = slots.default_lease_dir()
+        probe_cache_dir: str | Path | None = None,  # shared schema-probe verdicts (probe_cache.py); None = not shared
     ) -> None:
         """fallback_*: only for OpenAI-compatible servers without /props (vLLM): slots in flight, and the context
         when /v1/models lacks max_model_len.
@@ -118,6 +121,7 @@ class LlamaClient:
             self._transport, self._state, total_slots=fallback_total_slots, slot_context=fallback_slot_context
         )
         self.slot_lease_dir = slot_lease_dir
+        self.probe_cache_dir = Path(probe_cache_dir) if probe_cache_dir else None
 
     def __repr__(self) -> str:  # never show the key
         return f"LlamaClient({self.base_url!r}, api_key={'***' if self._transport.has_api_key else None})"
@@ -230,9 +234,10 @@ class LlamaClient:
                 info = self._compat.detect_fallbacks(info)
             state.size_limiter(info.total_slots)
             if not state.schema_enforced:
-                if not probe_cache.passed(self.base_url, info):  # another process of the instance probed this server
+                # Another process sharing the folder (the same Dagster instance) may have probed this server.
+                if not probe_cache.passed(self.base_url, info, self.probe_cache_dir):
                     self.verify_schema_enforcement()
-                    probe_cache.record_pass(self.base_url, info)
+                    probe_cache.record_pass(self.base_url, info, self.probe_cache_dir)
                 state.schema_enforced = True
             state.info = info
             logger.info(

@@ -6,9 +6,11 @@ file records it, keyed by what identifies the server: base URL, model path, `bui
 Later processes that see the same server skip the probe; a different model, build or slot count (a restarted or
 replaced server) probes again, and a verdict older than MAX_AGE_SECONDS is probed again too.
 
-Where: HSI_PROBE_CACHE_DIR if set, else `$DAGSTER_HOME/storage/hsi-schema-probe` (the scope of one instance's
-runs); with neither, nothing is cached. Only a pass is recorded, and only for a server that reports its build.
-A file that cannot be read or written is a cache miss, never an error.
+Where: the folder the caller passes (`LlamaClient(probe_cache_dir=...)`); this module reads no environment. The
+LLM resource passes HSI_PROBE_CACHE_DIR when set, else `<the Dagster instance's storage directory>/hsi-schema-probe`
+(INSTANCE_FOLDER: the scope of one instance's runs, `hsi process` included); None = nothing is cached (one probe per
+process). Only a pass is recorded, and only for a server that reports its build. A file that cannot be read or
+written is a cache miss, never an error.
 """
 
 from __future__ import annotations
@@ -25,16 +27,8 @@ from hsi_dagster.llm.slots import ServerInfo
 logger = logging.getLogger(__name__)
 
 MAX_AGE_SECONDS = 24 * 3600.0
-DIR_ENV = "HSI_PROBE_CACHE_DIR"
-
-
-def cache_dir() -> Path | None:
-    """The folder of verdicts, or None when there is no place to share them."""
-    explicit = os.environ.get(DIR_ENV, "").strip()
-    if explicit:
-        return Path(explicit)
-    home = os.environ.get("DAGSTER_HOME", "").strip()
-    return Path(home) / "storage" / "hsi-schema-probe" if home else None
+# The folder of verdicts under a Dagster instance's storage directory (the resource's default).
+INSTANCE_FOLDER = "hsi-schema-probe"
 
 
 def server_key(base_url: str, info: ServerInfo) -> dict[str, object] | None:
@@ -55,9 +49,8 @@ def _path(directory: Path, key: dict[str, object]) -> Path:
     return directory / f"{digest}.json"
 
 
-def passed(base_url: str, info: ServerInfo, *, directory: Path | None = None, now: float | None = None) -> bool:
-    """True if a process of this instance saw the probe pass on this same server within MAX_AGE_SECONDS."""
-    directory = directory or cache_dir()
+def passed(base_url: str, info: ServerInfo, directory: Path | None, *, now: float | None = None) -> bool:
+    """True if a process sharing `directory` saw the probe pass on this same server within MAX_AGE_SECONDS."""
     key = server_key(base_url, info)
     if directory is None or key is None:
         return False
@@ -71,9 +64,8 @@ def passed(base_url: str, info: ServerInfo, *, directory: Path | None = None, no
     return 0 <= age <= MAX_AGE_SECONDS
 
 
-def record_pass(base_url: str, info: ServerInfo, *, directory: Path | None = None) -> Path | None:
+def record_pass(base_url: str, info: ServerInfo, directory: Path | None) -> Path | None:
     """Write the verdict (atomically: a reader sees the old file or the new one); returns the file, if written."""
-    directory = directory or cache_dir()
     key = server_key(base_url, info)
     if directory is None or key is None:
         return None

@@ -22,13 +22,20 @@ also holds one of the server's cross-process slot leases (lock files in `slot_le
 every launch path at once (daemon, UI, backfill, CLI materialization, `hsi process`) stays within the server's
 slots. The Dagster `llama_slots` pool (run granularity) only gates the daemon's launches, so runs waiting for a slot
 wait in its queue rather than as processes.
+
+The schema probe's pass is shared by the processes that see the same `probe_cache_dir` (HSI_PROBE_CACHE_DIR, see
+hsi_dagster/llm/probe_cache.py); unset, a run's resource uses `<the run's instance storage directory>/hsi-schema-probe`
+(taken from the init context in `setup_for_execution`), so the runs of one Dagster instance, daemon and `hsi process`
+alike, probe a server once. Outside a run with the field unset, nothing is shared.
 """
 
 import threading
+from pathlib import Path
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
 
@@ -37,6 +44,17 @@ _lazy_lock = threading.Lock()
 # live_slot_context() must answer fast when the server is away: the caller falls back to settings.
 _PROBE_CONNECT_SECONDS = 1.0
 _PROBE_READ_SECONDS = 3.0
+
+
+def instance_probe_cache_dir(instance: dg.DagsterInstance | None) -> str | None:
+    """`<instance storage directory>/hsi-schema-probe`, the verdicts shared by the instance's runs; None without one."""
+    if instance is None:
+        return None
+    try:
+        storage = instance.storage_directory()
+    except (AttributeError, NotImplementedError):  # an instance without local artifact storage
+        return None
+    return str(Path(storage) / probe_cache.INSTANCE_FOLDER) if storage else None
 
 
 class LlamaServerResource(dg.ConfigurableResource):
@@ -58,8 +76,12 @@ class LlamaServerResource(dg.ConfigurableResource):
     max_cooldown_seconds: float = MAX_COOLDOWN_SECONDS
     # Where the cross-process slot leases live (HSI_SLOT_LEASE_DIR); None = the system temp dir's hsi-llm-slots.
     slot_lease_dir: str | None = None
+    # Where the schema probe's pass is shared across processes (HSI_PROBE_CACHE_DIR); None = the run's Dagster
+    # instance storage (instance_probe_cache_dir), or not shared outside a run.
+    probe_cache_dir: str | None = None
 
     _client: LlamaClient | None = PrivateAttr(default=None)
+    _instance_probe_cache_dir: str | None = PrivateAttr(default=None)
     _router: LlamaRouter | None = PrivateAttr(default=None)
 
     @property
@@ -83,6 +105,7 @@ class LlamaServerResource(dg.ConfigurableResource):
             "fallback_total_slots": self.fallback_total_slots,
             "fallback_slot_context": self.fallback_slot_context,
             "slot_lease_dir": self.slot_lease_dir,
+            "probe_cache_dir": self.probe_cache_dir or self._instance_probe_cache_dir,
         }
         kwargs.update(overrides)
         return kwargs
@@ -102,6 +125,7 @@ class LlamaServerResource(dg.ConfigurableResource):
 
     # --- lifecycle ---
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._instance_probe_cache_dir = instance_probe_cache_dir(context.instance)
         if self.routed:
             self._router = self._build_router()
             self._client = self._router.clients[0]
