@@ -76,10 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     payload = sys.stdin.readline().strip()
     if not payload:
         return 0
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # as a cold run's stdin; also marks the worker busy in /proc
     signal.signal(signal.SIGINT, signal.default_int_handler)
     stale = changed_project_files(loaded_at) if loaded_at else ["(pre-load failed)"]
     if stale:
-        print(f"hsi run_worker: code changed since pre-load ({stale[0]}); running cold", file=sys.stderr, flush=True)
+        note = f"hsi run_worker (pid {os.getpid()}): code changed since pre-load ({stale[0]}); running cold"
+        print(note, file=sys.stderr, flush=True)
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "dagster", "api", "execute_run", payload])
     from dagster._cli.api import execute_run_command

@@ -35,7 +35,7 @@ def stop_group(process: subprocess.Popen, grace_s: float = 30) -> None:
     process.wait(timeout=30)
 
 
-def submit_run(instance: dg.DagsterInstance, port: int, job_name: str) -> dg.DagsterRun:
-    """Create a run of `job_name` from the code server on `port` and submit it (queued for the daemon)."""
-    opts = WorkspaceOpts(grpc_port=port, grpc_host="127.0.0.1")
+def submit_run(instance: dg.DagsterInstance, workspace: Path, job_name: str) -> dg.DagsterRun:
+    """Create a run of `job_name` from the daemon's workspace file (the same location name) and submit it."""
+    opts = WorkspaceOpts(workspace=[str(workspace)])
     return execute_launch_command(instance=instance, workspace_opts=opts, job_name=job_name)

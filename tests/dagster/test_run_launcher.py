@@ -1,0 +1,186 @@
+"""WarmProcessRunLauncher (dagster.yaml) with a REAL code server and `dagster-daemon`: runs start in pre-imported
+workers, terminate and run monitoring work from the pid tag alone (as in the webserver), edited code never runs
+stale, and no worker outlives the daemon. The code location is a copy of tests/support/launcher_location.py in
+tmp_path (a quick job and a job that sleeps), so no LLM and no hsi settings are involved.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance import InstanceRef
+from dagster._core.launcher import WorkerStatus
+
+from hsi_dagster.llm.embedded import free_port
+from hsi_dagster.run_launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
+from tests.support.dagster_procs import start_logged, stop_group, submit_run
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+STARTUP_S, RUN_S = 90, 60
+
+
+@dataclass
+class Orchestrator:
+    instance: dg.DagsterInstance
+    daemon: subprocess.Popen
+    workspace: Path
+    location: Path
+    daemon_log: Path
+
+    def run(self, job_name: str) -> dg.DagsterRun:
+        return submit_run(self.instance, self.workspace, job_name)
+
+    def wait(self, run_id: str, until, what: str) -> dg.DagsterRun:
+        deadline = time.monotonic() + RUN_S
+        while True:
+            run = self.instance.get_run_by_id(run_id)
+            assert run is not None
+            if until(run):
+                return run
+            assert self.daemon.poll() is None, self.daemon_log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, f"{what}: run {run.status}; {self.daemon_log.read_text()[-3000:]}"
+            time.sleep(0.2)
+
+    def finished(self, run_id: str) -> dg.DagsterRun:
+        return self.wait(run_id, lambda run: run.is_finished, "run to finish")
+
+    def launch_message(self, run_id: str) -> str:
+        messages = [e.message for e in self.instance.all_logs(run_id) if "worker process (pid" in (e.message or "")]
+        assert len(messages) == 1, messages
+        return messages[0]
+
+    def workers(self) -> dict[int, bool]:
+        """This location's idle run_worker processes (stdin still the launcher's pipe), pid -> ready (it closed its
+        --ready-fd)."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if WORKER_MODULE.encode() in argv and str(self.location).encode() in b" ".join(argv):
+                try:
+                    if not os.readlink(entry / "fd" / "0").startswith("pipe:"):
+                        continue  # it read its run and runs it
+                except OSError:
+                    continue
+                fd = argv[argv.index(b"--ready-fd") + 1].decode()
+                found[int(entry.name)] = not (entry / "fd" / fd).exists()
+        return found
+
+    def wait_for_ready_worker(self) -> int:
+        deadline = time.monotonic() + RUN_S
+        while not any(self.workers().values()):
+            assert time.monotonic() < deadline, "no warm worker became ready"
+            time.sleep(0.1)
+        return next(pid for pid, ready in self.workers().items() if ready)
+
+
+@pytest.fixture(scope="module")
+def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orchestrator]:
+    tmp = tmp_path_factory.mktemp("warm_launcher")
+    home = tmp / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    location = tmp / "launcher_location.py"
+    shutil.copy(REPO / "tests/support/launcher_location.py", location)
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONUNBUFFERED": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    port = free_port()
+    (tmp / "workspace.yaml").write_text(
+        f"load_from:\n  - grpc_server:\n      host: 127.0.0.1\n      port: {port}\n      location_name: loc\n"
+    )
+    daemon_log = tmp / "daemon.log"
+    # The storage first: three processes creating a fresh SQLite schema at once race in alembic.
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    code_server = start_logged(
+        [str(BIN / "dagster"), "code-server", "start", "-f", str(location), "-d", str(tmp), "-h", "127.0.0.1",
+         "-p", str(port), "--location-name", "loc"],
+        env, tmp, tmp / "code-server.log",
+    )  # fmt: skip
+    daemon = start_logged([str(BIN / "dagster-daemon"), "run", "-w", str(tmp / "workspace.yaml")], env, tmp, daemon_log)
+    try:
+        started = time.monotonic()
+        while "QueuedRunCoordinatorDaemon" not in daemon_log.read_text(errors="replace") or (
+            "Started Dagster code server" not in (tmp / "code-server.log").read_text(errors="replace")
+        ):
+            assert daemon.poll() is None and code_server.poll() is None, daemon_log.read_text(errors="replace")
+            assert time.monotonic() - started < STARTUP_S, "the daemon never started its run queue"
+            time.sleep(0.3)
+        assert isinstance(instance.run_launcher, WarmProcessRunLauncher)  # dagster.yaml names it
+        yield Orchestrator(instance, daemon, tmp / "workspace.yaml", location, daemon_log)
+    finally:
+        stop_group(daemon)
+        stop_group(code_server)
+        instance.dispose()
+
+
+def test_the_next_run_starts_in_the_pre_started_worker(orchestrator: Orchestrator) -> None:
+    first = orchestrator.finished(orchestrator.run("quick_job").run_id)
+    assert first.status == dg.DagsterRunStatus.SUCCESS
+    warm_pid = orchestrator.wait_for_ready_worker()  # the replacement started after the first launch
+    second = orchestrator.finished(orchestrator.run("quick_job").run_id)
+    assert second.status == dg.DagsterRunStatus.SUCCESS
+    assert orchestrator.launch_message(second.run_id).endswith(f"a warm worker process (pid: {warm_pid}).")
+    assert second.tags[PID_TAG] == str(warm_pid) != first.tags[PID_TAG]
+    started = [e.message for e in orchestrator.instance.all_logs(second.run_id) if "Started process" in e.message]
+    assert started == [f"Started process for run (pid: {warm_pid})."]  # Dagster's own run body, in that worker
+
+
+def test_terminate_cancels_a_running_run_and_its_process_ends(orchestrator: Orchestrator) -> None:
+    orchestrator.wait_for_ready_worker()
+    run_id = orchestrator.run("sleepy_job").run_id
+    step_starts = lambda: orchestrator.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)  # noqa: E731
+    orchestrator.wait(run_id, lambda run: any(e.step_key == "sleepy" for e in step_starts()), "the sleepy step")
+    run = orchestrator.instance.get_run_by_id(run_id)
+    assert run is not None and "warm worker" in orchestrator.launch_message(run_id)
+    pid = int(run.tags[PID_TAG])
+    # The test process's own launcher, built from dagster.yaml: it knows the run only by its tag (as the webserver).
+    launcher = orchestrator.instance.run_launcher
+    assert launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
+    assert launcher.terminate(run_id) is True
+    canceled = orchestrator.finished(run_id)
+    assert canceled.status == dg.DagsterRunStatus.CANCELED
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists():  # the daemon reaps it: no zombie either
+        assert time.monotonic() < deadline, f"run worker {pid} still there after its run was canceled"
+        time.sleep(0.1)
+    health = launcher.check_run_worker_health(canceled)
+    assert health.status == WorkerStatus.FAILED and str(pid) in (health.msg or "")
+    assert launcher.terminate(run_id) is False  # finished: nothing to terminate
+    untagged = dg.DagsterRun(job_name="sleepy_job", run_id="not-launched")
+    assert launcher.check_run_worker_health(untagged).status == WorkerStatus.UNKNOWN
+
+
+def test_code_edited_after_the_pre_load_runs_cold_and_fresh(orchestrator: Orchestrator) -> None:
+    warm_pid = orchestrator.wait_for_ready_worker()
+    os.utime(orchestrator.location)  # a developer saved the file while `dagster dev` runs
+    run = orchestrator.finished(orchestrator.run("quick_job").run_id)
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+    assert orchestrator.launch_message(run.run_id).endswith(f"a warm worker process (pid: {warm_pid}).")
+    log = orchestrator.daemon_log.read_text(errors="replace")
+    assert f"(pid {warm_pid}): code changed since pre-load ({orchestrator.location}); running cold" in log
+    started = [e.message for e in orchestrator.instance.all_logs(run.run_id) if "Started process" in e.message]
+    assert started == [f"Started process for run (pid: {warm_pid})."]  # execv: same pid, a fresh interpreter
+
+
+def test_no_idle_worker_outlives_the_daemon(orchestrator: Orchestrator) -> None:
+    assert orchestrator.wait_for_ready_worker()
+    orchestrator.daemon.send_signal(signal.SIGINT)  # the daemon alone, not its process group
+    orchestrator.daemon.wait(timeout=60)
+    deadline = time.monotonic() + 15
+    while orchestrator.workers():
+        assert time.monotonic() < deadline, f"idle workers left: {orchestrator.workers()}"
+        time.sleep(0.2)
