@@ -357,9 +357,9 @@ def inbox_sensor(
     plan = tick.plan()
     hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
     delay = settings.INBOX_WRITE_DELAY_SECONDS
-    while plan and not tick.pending:
-        due = next_due(plan, delay)
-        if not keep_holding(bool(plan.requests or tick.ingest_runs), due, hold_until):
+    while not tick.pending:  # also before the database exists: the first file may arrive during the hold
+        due = next_due(plan, delay) if plan else None
+        if not keep_holding(bool((plan and plan.requests) or tick.ingest_runs), due, hold_until):
             break
         if not wait_for_change(due, hold_until, [inbox]):
             break

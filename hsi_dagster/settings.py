@@ -111,7 +111,7 @@ class HsiSettings(BaseSettings):
     PARTITION_RETENTION_DAYS: float = Field(7.0, gt=0)
     SENSOR_MAX_BATCHES_PER_TICK: int = Field(200, ge=1)
     SENSOR_HOLD_SECONDS: float = Field(
-        3.5,
+        4.0,
         ge=0,
         le=4.5,
         description="How long a window sensor's tick may watch for a window about to close, to request its run at "

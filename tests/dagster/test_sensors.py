@@ -301,6 +301,24 @@ def test_inbox_hold_loads_files_as_they_arrive_extending_open_windows_and_closin
     assert time.time() < first_close + 30  # the extended porch window is still open: not requested
 
 
+def test_inbox_tick_holds_on_before_the_database_exists(instance, tmp_path):
+    """A fresh install: no database, empty inbox. The first file, written during the tick, is loaded by it and its
+    confident person requested by it (not left to a tick up to 5 s later)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    writer = threading.Timer(
+        0.5, lambda: _drop(inbox, "1.jsonl", detection("f-1", "gate", datetime.now(UTC), "person", 0.95))
+    )
+    res = resources(str(tmp_path / "db.duckdb"), HSI_INBOX_DIR=str(inbox), SENSOR_HOLD_SECONDS="3.5")
+    writer.start()
+    try:
+        result = sensor_tick(inbox_sensor, instance, res, None)
+    finally:
+        writer.join()
+    assert materialized_files(result) == ["1.jsonl"]
+    assert [r.tags["hsi/camera"] for r in result.run_requests] == ["gate"]
+
+
 def test_batch_window_sensor_holds_on_for_a_window_about_to_close(instance, db):
     closes_at = time.time() + 1.0
     ingest_lines(db, [detection("b-1", "yard", datetime.fromtimestamp(closes_at - 30, UTC))])
