@@ -12,6 +12,7 @@ Module import stays light: the daemon imports it; the definitions load only in t
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -150,11 +151,14 @@ class WarmProcessRunLauncher(RunLauncher, ConfigurableClass):
     def _start(
         argv: Sequence[str], key: WorkerKey, stdin: int | None, pass_fds: Sequence[int] = ()
     ) -> subprocess.Popen[bytes]:
+        # Own session: a run outlives a restart of the daemon (or a signal to its process group) as it did as a
+        # child of the code server; an idle worker still leaves when the daemon's end of its stdin closes.
         return subprocess.Popen(
             list(argv),
             cwd=key[1] or None,
             stdin=stdin if stdin is not None else subprocess.DEVNULL,
             pass_fds=tuple(pass_fds),
+            start_new_session=True,
         )
 
     def _top_up(self, key: WorkerKey, origin: JobPythonOrigin) -> None:
@@ -162,14 +166,20 @@ class WarmProcessRunLauncher(RunLauncher, ConfigurableClass):
             if self._disposed:
                 return
             idle = self._idle.setdefault(key, [])
-            while len([w for w in idle if w.process.poll() is None]) < self._warm_workers:
-                idle.append(self._start_warm(key, origin))
+            try:
+                while len([w for w in idle if w.process.poll() is None]) < self._warm_workers:
+                    idle.append(self._start_warm(key, origin))
+            except OSError:  # no warm worker then: the next run starts cold, which reports its own error if any
+                logging.getLogger(__name__).exception("could not pre-start a run worker for %s", key)
 
     def _start_warm(self, key: WorkerKey, origin: JobPythonOrigin) -> _Worker:
         read_end, write_end = os.pipe()
         argv = [key[0], "-m", WORKER_MODULE, "--origin", serialize_value(origin), "--ready-fd", str(write_end)]
         try:
             process = self._start(argv, key, stdin=subprocess.PIPE, pass_fds=[write_end])
+        except OSError:
+            os.close(read_end)
+            raise
         finally:
             os.close(write_end)
         worker = _Worker(process)

@@ -56,14 +56,23 @@ def _preload(origin_json: str | None) -> None:
         recon_job_from_origin(deserialize_value(origin_json, JobPythonOrigin)).get_definition()
 
 
+_interrupted = False
+
+
+def _note_interrupt(_signo: int, _frame: object) -> None:
+    global _interrupted
+    _interrupted = True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hsi_dagster.run_worker")
     parser.add_argument("--origin", help="serialized JobPythonOrigin to pre-load")
     parser.add_argument("--ready-fd", type=int, help="pipe to close once pre-loaded")
     args = parser.parse_args(argv)
     # Idle, a Ctrl-C of the process group (dagster dev stopping) must not print a traceback: the worker leaves on
-    # EOF when its launcher's process exits. A run, once read, gets Dagster's own interrupt handling back.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # EOF when its launcher's process exits. A SIGINT that came before the run was read (terminate() right after
+    # the launch) is handed to Dagster's interrupt handling, which then cancels the run at its start.
+    signal.signal(signal.SIGINT, _note_interrupt)
     loaded_at = time.time()
     try:
         _preload(args.origin)
@@ -85,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "dagster", "api", "execute_run", payload])
     from dagster._cli.api import execute_run_command
+    from dagster._utils import interrupts
 
+    if _interrupted:
+        interrupts._received_interrupt["received"] = True  # as if capture_interrupts() had caught it
     execute_run_command.main(args=[payload], prog_name="dagster api execute_run", standalone_mode=False)
     return 0
 

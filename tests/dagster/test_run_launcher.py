@@ -184,3 +184,21 @@ def test_no_idle_worker_outlives_the_daemon(orchestrator: Orchestrator) -> None:
     while orchestrator.workers():
         assert time.monotonic() < deadline, f"idle workers left: {orchestrator.workers()}"
         time.sleep(0.2)
+
+
+def test_an_idle_worker_ignores_ctrl_c_and_leaves_quietly_on_eof() -> None:
+    """Ctrl-C of `dagster dev` reaches the whole process group: an idle worker must not print a traceback, and
+    leaves when its launcher's end of the pipe closes."""
+    read_end, write_end = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", WORKER_MODULE, "--ready-fd", str(write_end)],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=[write_end],
+    )  # fmt: skip
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        assert ready.read() == b"ready"
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert worker.poll() is None  # still waiting for a run
+    _, stderr = worker.communicate(timeout=30)  # closes stdin: EOF
+    assert worker.returncode == 0 and stderr == b""
