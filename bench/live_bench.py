@@ -791,6 +791,8 @@ def daemon_stages(table: list[dict], runs: list[dict], ticks: list[dict], lane: 
         add("window closed -> end of the tick that requested the run", got["closes_at"], tick)
         add("window closed -> detections visible (ingest)", got["closes_at"], got["visible_at"])
         add("visible -> end of that tick", got["visible_at"], tick)
+        add("window closed -> run created (plan + execution plan)", got["closes_at"], run["created"])
+        add("run created -> enqueued (planned events, submit)", run["created"], run.get("enqueued"))
         add("tick end -> run enqueued", tick, run.get("enqueued") or run["created"])
         add("enqueued -> RUN_STARTING (queue, pools)", run.get("enqueued") or run["created"], run.get("starting"))
         add("RUN_STARTING -> run process started (spawn, imports)", run.get("starting"), run.get("process_started"))
