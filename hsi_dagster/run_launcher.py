@@ -197,8 +197,11 @@ class WarmProcessRunLauncher(RunLauncher, ConfigurableClass):
             if worker in self._idle.get(key, []):
                 self._idle[key].remove(worker)
         if worker.run is not None and not worker.ready.is_set():
-            pid = self._start_cold(worker.run, key)
             run = self._instance.get_run_by_id(worker.run.run_id)
+            if run is not None and run.status == dg.DagsterRunStatus.CANCELING:  # terminate() hit it: done
+                self._instance.report_run_canceled(run, f"Run worker {worker.process.pid} exited ({code}).")
+                return
+            pid = self._start_cold(worker.run, key)
             if run is not None:
                 self._instance.report_engine_event(
                     f"Pre-started worker {worker.process.pid} exited ({code}) before reading its run; "

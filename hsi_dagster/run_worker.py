@@ -64,6 +64,23 @@ def _note_interrupt(_signo: int, _frame: object) -> None:
     _interrupted = True
 
 
+def _canceled_before_start(payload: str) -> bool:
+    """terminate() signalled this worker before it read its run: finish the cancellation Dagster asked for (its
+    run body would mark a run found CANCELING at its start as failed)."""
+    from dagster._core.instance import DagsterInstance
+    from dagster._core.storage.dagster_run import DagsterRunStatus
+    from dagster._grpc.types import ExecuteRunArgs
+    from dagster._serdes import deserialize_value
+
+    args = deserialize_value(payload, ExecuteRunArgs)
+    with DagsterInstance.from_ref(args.instance_ref) as instance:  # type: ignore[arg-type]
+        run = instance.get_run_by_id(args.run_id)
+        if run is None or run.status != DagsterRunStatus.CANCELING:
+            return False
+        instance.report_run_canceled(run, f"Run worker {os.getpid()} was interrupted before the run started.")
+        return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hsi_dagster.run_worker")
     parser.add_argument("--origin", help="serialized JobPythonOrigin to pre-load")
@@ -71,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Idle, a Ctrl-C of the process group (dagster dev stopping) must not print a traceback: the worker leaves on
     # EOF when its launcher's process exits. A SIGINT that came before the run was read (terminate() right after
-    # the launch) is handed to Dagster's interrupt handling, which then cancels the run at its start.
+    # the launch) cancels the run before it starts.
     signal.signal(signal.SIGINT, _note_interrupt)
     loaded_at = time.time()
     try:
@@ -93,11 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         print(note, file=sys.stderr, flush=True)
         sys.stdout.flush()
         os.execv(sys.executable, [sys.executable, "-m", "dagster", "api", "execute_run", payload])
+    if _interrupted and _canceled_before_start(payload):
+        return 0
     from dagster._cli.api import execute_run_command
-    from dagster._utils import interrupts
 
-    if _interrupted:
-        interrupts._received_interrupt["received"] = True  # as if capture_interrupts() had caught it
     execute_run_command.main(args=[payload], prog_name="dagster api execute_run", standalone_mode=False)
     return 0
 

@@ -18,8 +18,13 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.code_pointer import FileCodePointer
 from dagster._core.instance import InstanceRef
 from dagster._core.launcher import WorkerStatus
+from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+from dagster._core.test_utils import create_run_for_test
+from dagster._grpc.types import ExecuteRunArgs
+from dagster._serdes import serialize_value
 
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.run_launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
@@ -177,6 +182,7 @@ def test_code_edited_after_the_pre_load_runs_cold_and_fresh(orchestrator: Orches
 
 
 def test_no_idle_worker_outlives_the_daemon(orchestrator: Orchestrator) -> None:
+    orchestrator.finished(orchestrator.run("quick_job").run_id)  # a launch leaves a warm worker behind
     assert orchestrator.wait_for_ready_worker()
     orchestrator.daemon.send_signal(signal.SIGINT)  # the daemon alone, not its process group
     orchestrator.daemon.wait(timeout=60)
@@ -202,3 +208,35 @@ def test_an_idle_worker_ignores_ctrl_c_and_leaves_quietly_on_eof() -> None:
     assert worker.poll() is None  # still waiting for a run
     _, stderr = worker.communicate(timeout=30)  # closes stdin: EOF
     assert worker.returncode == 0 and stderr == b""
+
+
+def test_a_terminate_before_the_worker_read_its_run_cancels_the_run_at_its_start(tmp_path: Path) -> None:
+    """terminate() right after a launch can signal a worker that has not read its run yet (SIGINT noted, not
+    raised): the run must still end CANCELED at its start, not run its steps."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    location = tmp_path / "launcher_location.py"
+    shutil.copy(REPO / "tests/support/launcher_location.py", location)
+    origin = JobPythonOrigin(
+        "sleepy_job", RepositoryPythonOrigin(sys.executable, FileCodePointer(str(location), "defs", str(tmp_path)))
+    )
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        run = create_run_for_test(instance, "sleepy_job", job_code_origin=origin, status=dg.DagsterRunStatus.STARTING)
+        read_end, write_end = os.pipe()
+        worker = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, "--origin", serialize_value(origin), "--ready-fd", str(write_end)],
+            stdin=subprocess.PIPE, pass_fds=[write_end], cwd=tmp_path,
+            env={**os.environ, "DAGSTER_HOME": str(home)}, start_new_session=True,
+        )  # fmt: skip
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as ready:
+            assert ready.read() == b"ready"
+        worker.send_signal(signal.SIGINT)  # before it read its run
+        time.sleep(0.2)
+        instance.report_run_canceling(run)  # what terminate() does first
+        args = ExecuteRunArgs(job_origin=origin, run_id=run.run_id, instance_ref=instance.get_ref())
+        worker.communicate(serialize_value(args).encode() + b"\n", timeout=40)
+        final = instance.get_run_by_id(run.run_id)
+        assert final is not None and final.status == dg.DagsterRunStatus.CANCELED, final and final.status
+        assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
