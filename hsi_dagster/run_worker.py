@@ -29,7 +29,7 @@ def changed_project_files(since: float) -> list[str]:
     changed = []
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if not path:
+        if not path or path.startswith(roots):  # the cheap test first: most modules are installed ones
             continue
         real = os.path.realpath(path)
         if real.startswith(roots):
