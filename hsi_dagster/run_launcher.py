@@ -5,8 +5,10 @@ RUN_STARTING and RUN_START. This launcher keeps `warm_workers` pre-started `hsi_
 code origin (executable, working directory); a launch writes the `dagster api execute_run` payload to an idle
 one's stdin and starts its replacement in the background. Without a ready worker the run starts cold, as
 `dagster api execute_run <payload>` (what DockerRunLauncher runs in its container). One run per process, as before.
-Termination and run monitoring work from the `hsi/run_worker_pid` tag alone, so the webserver can use them too.
-Module import stays light: the daemon imports it; the definitions load only in the workers.
+A worker that finds project files edited since its pre-load re-executes cold (hsi_dagster/run_worker.py). Workers
+run in their own session: a run outlives a daemon restart, as it did as a child of the code server. Termination
+and run monitoring work from the `hsi/run_worker_pid` tag alone, so the webserver can use them too. Module import
+stays light: the daemon imports it; the definitions load only in the workers.
 """
 
 from __future__ import annotations
