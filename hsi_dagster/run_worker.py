@@ -3,8 +3,9 @@
 `python -m hsi_dagster.run_worker --origin <JobPythonOrigin JSON> --ready-fd N` imports dagster and loads the code
 location (what costs ~1.5 s in a fresh interpreter), closes the ready pipe, then waits on stdin for one line: the
 `ExecuteRunArgs` JSON that `dagster api execute_run` takes. It runs that command in-process (one run per process,
-then exit) or, if project code changed on disk since the pre-load, `execv`s a fresh `dagster api execute_run` so a
-developer's edit is never run stale. EOF on stdin (the launcher disposed or its process died): exit 0.
+then exit) or, if project code or the settings file changed on disk since the pre-load, `execv`s a fresh
+`dagster api execute_run` so a developer's edit is never run stale. EOF on stdin (the launcher disposed or its
+process died): exit 0.
 """
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ def changed_project_files(since: float) -> list[str]:
         except OSError:
             continue
     return changed
+
+
+def changed_settings_files(since: float) -> list[str]:
+    """The settings file (hsi.env) if it changed since `since`: the definitions read it when they were imported,
+    so a run in this process would use the old settings."""
+    if "hsi_dagster.settings" not in sys.modules:
+        return []
+    from hsi_dagster.settings import default_env_file
+
+    path = default_env_file()
+    try:
+        return [os.path.realpath(path)] if os.stat(path).st_mtime > since else []
+    except OSError:
+        return []
 
 
 def _preload(origin_json: str | None) -> None:
@@ -104,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # as a cold run's stdin; also marks the worker busy in /proc
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    stale = changed_project_files(loaded_at) if loaded_at else ["(pre-load failed)"]
+    stale = changed_project_files(loaded_at) + changed_settings_files(loaded_at) if loaded_at else ["(pre-load failed)"]
     if stale:
         note = f"hsi run_worker (pid {os.getpid()}): code changed since pre-load ({stale[0]}); running cold"
         print(note, file=sys.stderr, flush=True)

@@ -240,3 +240,16 @@ def test_a_terminate_before_the_worker_read_its_run_cancels_the_run_at_its_start
         final = instance.get_run_by_id(run.run_id)
         assert final is not None and final.status == dg.DagsterRunStatus.CANCELED, final and final.status
         assert not instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)
+
+
+def test_an_edited_settings_file_makes_the_next_run_cold(tmp_path, monkeypatch):
+    """The definitions read hsi.env when the worker imported them: an edit after that must not run stale."""
+    from hsi_dagster import run_worker
+
+    env_file = tmp_path / "hsi.env"
+    env_file.write_text("PARALLEL=2\n")
+    monkeypatch.setenv("HSI_ENV_FILE", str(env_file))
+    loaded_at = time.time() + 1  # as if the worker pre-loaded after the file was written
+    assert run_worker.changed_settings_files(loaded_at) == []
+    os.utime(env_file, (loaded_at + 1, loaded_at + 1))  # edited after the pre-load
+    assert run_worker.changed_settings_files(loaded_at) == [os.path.realpath(env_file)]
