@@ -65,6 +65,9 @@ STEPS = ("detection_batches", "enriched_contexts", "budgeted_prompts", "risk_ass
 
 
 # ----------------------------------------------------------------------------------------------------- utilities
+ACTIVITY_START = "2026-12-03T15:00:00Z"  # the stream of the runs of record (docs/live-path.md)
+
+
 def p90(values: list[float]) -> float:
     """Nearest-rank 90th percentile (the largest value for fewer than 10 values)."""
     return sorted(values)[math.ceil(0.9 * len(values)) - 1]
@@ -935,7 +938,7 @@ def sensor_figures(ticks: list[dict]) -> dict[str, dict]:
 def replay(files: list[StreamFile], inbox: Path) -> None:
     """Write the first lane's stream again, file by file at the same pace, every timestamp shifted so the windows
     close in real time again (same detection ids, cameras, labels and gaps: the same windows)."""
-    from hsi_dagster.synthetic.streams import write_jsonl
+    from hsi_dagster.synthetic.streams import shift_ts, write_jsonl
 
     def index(f: StreamFile) -> int:  # live-<seed>-<stamp>-<k>.jsonl is written at the stream's t0 + k + 1
         return int(f.path.name.rsplit("-", 1)[1].split(".")[0])
@@ -944,20 +947,11 @@ def replay(files: list[StreamFile], inbox: Path) -> None:
     new_t0 = time.time() + 1.0
     shift = timedelta(seconds=round(new_t0 - orig_t0, 3))
 
-    def shifted(record: dict) -> dict:
-        ts = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")) + shift
-        text = (
-            ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-            if record["ts"].endswith("Z")
-            else ts.isoformat(timespec="milliseconds")
-        )
-        return {**record, "ts": text}
-
     for f in files:
         wait = new_t0 + index(f) + 1 - time.time()
         if wait > 0:
             time.sleep(wait)
-        write_jsonl(inbox / f.path.name, [shifted(r) for r in f.records])
+        write_jsonl(inbox / f.path.name, [shift_ts(r, shift) for r in f.records])
 
 
 @dataclass
@@ -998,7 +992,8 @@ def run_lane(
     print(f"{name}: stream ({'replay' if source else 'hsi simulate --live'}); load {load:.2f}", flush=True)
     if source is None:
         argv = [str(BIN / "hsi"), "simulate", "--live", "--inbox", str(lane.inbox), "--rate", str(args.rate),
-                "--seconds", str(args.seconds), "--seed", str(args.seed)]  # fmt: skip
+                "--seconds", str(args.seconds), "--seed", str(args.seed),
+                "--activity-start", args.activity_start]  # fmt: skip
         simulator = procs.start("hsi simulate", argv, env=lane.env, cwd=work, log=log)
         simulator.wait(timeout=args.seconds + 120)
         if simulator.returncode != 0:
@@ -1097,6 +1092,12 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=0.5, help="detections per second of the live stream")
     parser.add_argument("--seconds", type=float, default=180.0, help="length of the live stream")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--activity-start",
+        default=ACTIVITY_START,
+        help="the simulated activity's clock (lighting by time of day), so every run plays the same stream "
+        f"(default {ACTIVITY_START}: with --seconds 120, 54 files, 93 detections, 7 windows)",
+    )
     parser.add_argument("--parallel", type=int, default=2, help="PARALLEL: server slots, llama_slots pool")
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument(

@@ -153,7 +153,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hsi_dagster.synthetic.streams import simulate, simulate_live, write_jsonl
 
     if args.live:
-        files = simulate_live(args.inbox, args.rate, args.seconds, args.seed)
+        activity = parse_timestamp(args.activity_start) if args.activity_start else None
+        files = simulate_live(args.inbox, args.rate, args.seconds, args.seed, activity_start=activity)
         print(f"wrote {len(files)} files into {args.inbox}")
         return 0
     start = parse_timestamp(args.start) if args.start else datetime.now(UTC) - timedelta(minutes=args.minutes + 5)
@@ -293,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inbox", default="data/inbox")
     p.add_argument("--rate", type=float, default=2.0, help="detections per second (live)")
     p.add_argument("--seconds", type=float, default=60.0, help="how long to run (live)")
+    p.add_argument(
+        "--activity-start",
+        metavar="TIMESTAMP",
+        help="play the activity simulated from this moment, timestamps moved to now (live; a reproducible stream)",
+    )
     p.set_defaults(func=cmd_simulate)
 
     llm = sub.add_parser("llm", help="the llama.cpp server").add_subparsers(dest="llm_command", required=True)

@@ -701,25 +701,30 @@ def simulate_live(
     *,
     file_interval_s: float = 1.0,
     start: datetime | None = None,
+    activity_start: datetime | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[Path]:
     """Play a stream in real time into `inbox_dir`: every `file_interval_s` one file with the detections of that
     interval, written under a hidden `.part` name then renamed, so a watcher never sees a half-written file.
 
-    `rate_per_s` is the average detection rate (the stream is bursty, like real cameras). Returns the files.
+    `rate_per_s` is the average detection rate (the stream is bursty, like real cameras). The activity depends on
+    the time of day (lighting); `activity_start` plays the activity simulated from that moment, its timestamps
+    moved to now, so a benchmark gets the same stream whenever it runs. Returns the files.
     """
     inbox = Path(inbox_dir)
     inbox.mkdir(parents=True, exist_ok=True)
     t0 = clock()
     begin = start or datetime.fromtimestamp(round(t0, 3), tz=UTC)
+    activity = activity_start or begin
     events_per_hour = max(rate_per_s, 1e-6) * 3600 / AVERAGE_DETECTIONS_PER_EVENT
     # Start the simulated activity earlier and drop what precedes `begin`: events last minutes, so the stream is
     # at its steady rate from the first file instead of ramping up.
     warmup = LIVE_WARMUP_SECONDS
-    stream = simulate(
-        seed, start=begin - timedelta(seconds=warmup), duration_s=seconds + warmup, events_per_hour=events_per_hour
+    simulated = simulate(
+        seed, start=activity - timedelta(seconds=warmup), duration_s=seconds + warmup, events_per_hour=events_per_hour
     )
+    stream = (shift_ts(record, begin - activity) for record in simulated)
     pending = next(stream, None)
     while pending is not None and _record_utc(pending) < begin:
         pending = next(stream, None)
@@ -740,6 +745,19 @@ def simulate_live(
             write_jsonl(target, chunk)
             written.append(target)
     return written
+
+
+def shift_ts(record: dict[str, Any], delta: timedelta) -> dict[str, Any]:
+    """The record with its `ts` moved by `delta`, written as it was (UTC `Z` or a local offset, milliseconds)."""
+    if not delta:
+        return record
+    ts = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")) + delta
+    text = (
+        ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        if record["ts"].endswith("Z")
+        else ts.isoformat(timespec="milliseconds")
+    )
+    return {**record, "ts": text}
 
 
 def _record_utc(record: dict[str, Any]) -> datetime:

@@ -123,5 +123,31 @@ def test_live_mode_writes_whole_files_into_the_inbox(tmp_path: Path) -> None:
     )
 
 
+def test_live_mode_with_an_activity_start_plays_the_same_stream_whenever_it_runs(tmp_path: Path) -> None:
+    """The activity depends on the time of day; a fixed activity clock gives the same detections (ids, cameras,
+    labels, gaps) at any hour, timestamps moved to the moment the stream is played."""
+    activity = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
+
+    def play(now: float, inbox: Path) -> list[dict]:
+        clock = [now]
+
+        def sleep(seconds: float) -> None:
+            clock[0] += seconds
+
+        files = sim.simulate_live(inbox, 0.5, 60, 7, activity_start=activity, clock=lambda: clock[0], sleep=sleep)
+        return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+    morning, evening = play(1_800_000_000.0, tmp_path / "a"), play(1_800_030_000.0, tmp_path / "b")
+    assert morning and [r["detection_id"] for r in morning] == [r["detection_id"] for r in evening]
+    assert [(r["camera_id"], r["label"]) for r in morning] == [(r["camera_id"], r["label"]) for r in evening]
+
+    def ts(record: dict) -> datetime:
+        return datetime.fromisoformat(record["ts"].replace("Z", "+00:00"))
+
+    assert all(ts(b) - ts(a) == timedelta(seconds=30_000) for a, b in zip(morning, evening, strict=True))
+    begin = datetime.fromtimestamp(1_800_000_000, tz=UTC)
+    assert all(begin <= ts(r) < begin + timedelta(seconds=60) for r in morning)
+
+
 def test_the_event_rate_constant_matches_the_simulator() -> None:
     assert sim._measure_average() == pytest.approx(sim.AVERAGE_DETECTIONS_PER_EVENT, rel=0.35)
