@@ -23,6 +23,7 @@ from hsi_dagster.assets.evaluation import evaluation
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
+from hsi_dagster.core.budget import preload_tokenizer
 from hsi_dagster.jobs import (
     batch_pipeline_job,
     ingest_job,
@@ -138,3 +139,9 @@ defs = dg.Definitions(
     # the run's process, as batch_pipeline's do, instead of a process per step (seconds each).
     executor=dg.in_process_executor,
 )
+
+
+def warm_up() -> None:
+    """Called by a pre-started run worker (hsi_dagster/run_worker.py) before its run arrives: what every batch run
+    would otherwise load in its first prompt step."""
+    preload_tokenizer()

@@ -68,7 +68,13 @@ def _preload(origin_json: str | None) -> None:
         from dagster._serdes import deserialize_value
         from dagster._utils.hosted_user_process import recon_job_from_origin
 
-        recon_job_from_origin(deserialize_value(origin_json, JobPythonOrigin)).get_definition()
+        origin = deserialize_value(origin_json, JobPythonOrigin)
+        recon_job_from_origin(origin).get_definition()
+        # A code location module may define warm_up(): what its runs would otherwise load at their start.
+        module = sys.modules.get(getattr(origin.repository_origin.code_pointer, "module", "") or "")
+        warm_up = getattr(module, "warm_up", None)
+        if callable(warm_up):
+            warm_up()
 
 
 _interrupted = False

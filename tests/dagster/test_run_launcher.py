@@ -253,3 +253,23 @@ def test_an_edited_settings_file_makes_the_next_run_cold(tmp_path, monkeypatch):
     assert run_worker.changed_settings_files(loaded_at) == []
     os.utime(env_file, (loaded_at + 1, loaded_at + 1))  # edited after the pre-load
     assert run_worker.changed_settings_files(loaded_at) == [os.path.realpath(env_file)]
+
+
+def test_the_preload_calls_the_code_location_warm_up():
+    """hsi_dagster.definitions.warm_up() runs in a pre-started worker: the tokenizer is loaded before the run."""
+    script = (
+        "import sys\n"
+        "from dagster._core.code_pointer import ModuleCodePointer\n"
+        "from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin\n"
+        "from dagster._serdes import serialize_value\n"
+        "from hsi_dagster import run_worker\n"
+        "from hsi_dagster.core import budget\n"
+        "pointer = ModuleCodePointer('hsi_dagster.definitions', 'defs', None)\n"
+        "origin = JobPythonOrigin('batch_pipeline', RepositoryPythonOrigin(sys.executable, pointer))\n"
+        "assert budget._token_byte_lengths.cache_info().currsize == 0\n"
+        "run_worker._preload(serialize_value(origin))\n"
+        "print(budget._token_byte_lengths.cache_info().currsize)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "1"
