@@ -15,7 +15,17 @@ SQL_ALLOWED = ("storage/",)
 ENVIRON_WRITERS = {"update", "setdefault"}
 ENVIRON_ALLOWED = ("cli/",)
 
-DAGSTER_ALLOWED = ("definitions.py", "jobs.py", "sensors.py", "partitions.py", "assets/", "resources/", "cli/")
+DAGSTER_ALLOWED = (
+    "definitions.py",
+    "jobs.py",
+    "sensors.py",
+    "partitions.py",
+    "run_launcher.py",  # the instance's run launcher and its pre-started run worker (dagster.yaml)
+    "run_worker.py",
+    "assets/",
+    "resources/",
+    "cli/",
+)
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:
