@@ -7,8 +7,9 @@ home, and share one embedded llama.cpp server (PARALLEL slots):
 - daemon: `dagster code-server start -m hsi_dagster.definitions` and `dagster-daemon run` pointed at it (as
   `dagster dev` and the production compose file run them; --managed: a daemon that loads the module itself, which
   restarts its code server every 60 s) on a temporary DAGSTER_HOME with the project's dagster.yaml
-  (QueuedRunCoordinator, default run launcher: one process per run); pool limits set on that instance as `hsi` sets
-  them; `batch_window_sensor` is on by default and requests a run per closed window;
+  (QueuedRunCoordinator, the warm run launcher: one pre-started process per run); pool limits set on that instance
+  as `hsi` sets them; `batch_window_sensor` is on by default and requests a run per closed window (its tick holds on
+  for up to SENSOR_HOLD_SECONDS, planning again after each database write);
 - hsi process: the `hsi process` command, started when the windows are visible (as a cron job or a user would).
 
 Phase 1, latency: waves of PARALLEL batches (one per slot, so no batch queues behind another's LLM call), each wave
