@@ -7,11 +7,9 @@ detections (none split off by a late file), and nothing lost.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +26,7 @@ from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import DatabaseNotFound, connect
 from hsi_dagster.synthetic.streams import simulate_live
+from tests.support.dagster_procs import start_logged, stop_group
 from tests.support.llm_fixtures import RunningLlama
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,25 +41,6 @@ SETTINGS = {
 STARTUP_S, SETTLE_S = 120, 180
 
 pytestmark = pytest.mark.llm
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Ctrl-C for the process group (and what it started), then SIGKILL if it lingers."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
-
-
-def _start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
 
 
 def _stored(db: Path) -> dict:
@@ -120,12 +100,12 @@ def test_live_stream_every_window_assessed_exactly_once_through_the_sensors(
     )
     code_log, daemon_log = tmp_path / "code-server.log", tmp_path / "daemon.log"
     started = time.monotonic()
-    code_server = _start(
+    code_server = start_logged(
         [str(BIN / "dagster"), "code-server", "start", "-m", "hsi_dagster.definitions", "-h", "127.0.0.1",
          "-p", str(port), "--location-name", "hsi_dagster"],
         env, tmp_path, code_log,
     )  # fmt: skip
-    daemon = _start(
+    daemon = start_logged(
         [str(BIN / "dagster-daemon"), "run", "-w", str(tmp_path / "workspace.yaml")], env, tmp_path, daemon_log
     )
     files: list[Path] = []
@@ -162,8 +142,8 @@ def test_live_stream_every_window_assessed_exactly_once_through_the_sensors(
         time.sleep(6)  # a tick after the last assessment: nothing more may come
         stored = _stored(db)
     finally:
-        _stop(daemon)
-        _stop(code_server)
+        stop_group(daemon)
+        stop_group(code_server)
     assert stored["detections"] == len(records) and stored["unassigned"] == 0 and stored["quarantined"] == 0
     assert stored["batches"] == expected  # every window, with all its detections: none split by a late file
     assert sorted(stored["assessed"]) == sorted(expected)  # one row each (batch_id is the key)
