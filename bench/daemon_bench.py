@@ -7,7 +7,7 @@ home, and share one embedded llama.cpp server (PARALLEL slots):
 - daemon: `dagster code-server start -m hsi_dagster.definitions` and `dagster-daemon run` pointed at it (as
   `dagster dev` and the production compose file run them; --managed: a daemon that loads the module itself, which
   restarts its code server every 60 s) on a temporary DAGSTER_HOME with the project's dagster.yaml
-  (QueuedRunCoordinator, the warm run launcher: one pre-started process per run); pool limits set on that instance
+  (QueuedRunCoordinator, the warm run launcher: pre-started processes, one per run); pool limits set on that instance
   as `hsi` sets them; `batch_window_sensor` is on by default and requests a run per closed window (its tick holds on
   for up to SENSOR_HOLD_SECONDS, planning again after each database write);
 - hsi process: the `hsi process` command, started when the windows are visible (as a cron job or a user would).
