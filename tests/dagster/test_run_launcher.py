@@ -86,12 +86,14 @@ class Orchestrator:
                 found[int(entry.name)] = not (entry / "fd" / fd).exists()
         return found
 
-    def wait_for_ready_worker(self) -> int:
+    def wait_for_ready_workers(self) -> set[int]:
+        """The pids of the idle workers that finished their imports, once there is at least one (dagster.yaml keeps
+        `warm_workers` of them; the launcher hands a run to a ready one first)."""
         deadline = time.monotonic() + RUN_S
         while not any(self.workers().values()):
             assert time.monotonic() < deadline, "no warm worker became ready"
             time.sleep(0.1)
-        return next(pid for pid, ready in self.workers().items() if ready)
+        return {pid for pid, ready in self.workers().items() if ready}
 
 
 @pytest.fixture(scope="module")
@@ -135,17 +137,18 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orchestra
 def test_the_next_run_starts_in_the_pre_started_worker(orchestrator: Orchestrator) -> None:
     first = orchestrator.finished(orchestrator.run("quick_job").run_id)
     assert first.status == dg.DagsterRunStatus.SUCCESS
-    warm_pid = orchestrator.wait_for_ready_worker()  # the replacement started after the first launch
+    ready = orchestrator.wait_for_ready_workers()  # replacements started after the first launch
     second = orchestrator.finished(orchestrator.run("quick_job").run_id)
     assert second.status == dg.DagsterRunStatus.SUCCESS
+    warm_pid = int(second.tags[PID_TAG])
+    assert warm_pid in ready and second.tags[PID_TAG] != first.tags[PID_TAG]
     assert orchestrator.launch_message(second.run_id).endswith(f"a warm worker process (pid: {warm_pid}).")
-    assert second.tags[PID_TAG] == str(warm_pid) != first.tags[PID_TAG]
     started = [e.message for e in orchestrator.instance.all_logs(second.run_id) if "Started process" in e.message]
     assert started == [f"Started process for run (pid: {warm_pid})."]  # Dagster's own run body, in that worker
 
 
 def test_terminate_cancels_a_running_run_and_its_process_ends(orchestrator: Orchestrator) -> None:
-    orchestrator.wait_for_ready_worker()
+    orchestrator.wait_for_ready_workers()
     run_id = orchestrator.run("sleepy_job").run_id
     step_starts = lambda: orchestrator.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)  # noqa: E731
     orchestrator.wait(run_id, lambda run: any(e.step_key == "sleepy" for e in step_starts()), "the sleepy step")
@@ -170,10 +173,12 @@ def test_terminate_cancels_a_running_run_and_its_process_ends(orchestrator: Orch
 
 
 def test_code_edited_after_the_pre_load_runs_cold_and_fresh(orchestrator: Orchestrator) -> None:
-    warm_pid = orchestrator.wait_for_ready_worker()
+    ready = orchestrator.wait_for_ready_workers()
     os.utime(orchestrator.location)  # a developer saved the file while `dagster dev` runs
     run = orchestrator.finished(orchestrator.run("quick_job").run_id)
     assert run.status == dg.DagsterRunStatus.SUCCESS
+    warm_pid = int(run.tags[PID_TAG])
+    assert warm_pid in ready
     assert orchestrator.launch_message(run.run_id).endswith(f"a warm worker process (pid: {warm_pid}).")
     log = orchestrator.daemon_log.read_text(errors="replace")
     assert f"(pid {warm_pid}): code changed since pre-load ({orchestrator.location}); running cold" in log
@@ -183,7 +188,7 @@ def test_code_edited_after_the_pre_load_runs_cold_and_fresh(orchestrator: Orches
 
 def test_no_idle_worker_outlives_the_daemon(orchestrator: Orchestrator) -> None:
     orchestrator.finished(orchestrator.run("quick_job").run_id)  # a launch leaves a warm worker behind
-    assert orchestrator.wait_for_ready_worker()
+    assert orchestrator.wait_for_ready_workers()
     orchestrator.daemon.send_signal(signal.SIGINT)  # the daemon alone, not its process group
     orchestrator.daemon.wait(timeout=60)
     deadline = time.monotonic() + 15
