@@ -37,6 +37,7 @@ from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
 from hsi_dagster.settings import HsiSettings, load_settings
 from tests.support.counting_proxy import CountingProxy
+from tests.support.dagster_procs import start_logged
 from tests.support.llm_fixtures import RunningLlama
 from tests.support.pipeline_helpers import closed_windows
 
@@ -55,14 +56,6 @@ def test_settings_give_every_client_the_lease_directory(tmp_path: Path) -> None:
     routed = build_resources(load_settings(os.devnull, LLAMA_SERVER_URL="http://127.0.0.1:9,http://127.0.0.1:10"))
     router = routed["llm"].get_router() if isinstance(routed["llm"], LlamaServerResource) else None
     assert router is not None and [c.slot_lease_dir for c in router.clients] == [None, None]  # None = the default dir
-
-
-def _start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -143,8 +136,8 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
         # The daemon and its code server, as `dagster dev` starts them.
         code_argv = [dagster, "code-server", "start", "-m", "hsi_dagster.definitions", "-h", "127.0.0.1", "-p",
                      str(port), "--location-name", "hsi_dagster"]  # fmt: skip
-        started.append(_start(code_argv, daemon_env, work, logs["code-server"]))
-        started.append(_start([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], daemon_env, work,
+        started.append(start_logged(code_argv, daemon_env, work, logs["code-server"]))
+        started.append(start_logged([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], daemon_env, work,
                               logs["daemon"]))  # fmt: skip
         deadline = time.monotonic() + DEADLINE_S
 
@@ -171,9 +164,9 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
         cli_batch = next(key for key in instance.get_dynamic_partitions("batches") if key.startswith("garage"))
         materialize = [dagster, "asset", "materialize", "-m", "hsi_dagster.definitions", "--select", "group:pipeline",
                        "--partition", cli_batch]  # fmt: skip
-        started.append(_start(materialize, cli_env, work, logs["materialize"]))
+        started.append(start_logged(materialize, cli_env, work, logs["materialize"]))
         as_of = (now - timedelta(hours=2, minutes=30)).isoformat()
-        started.append(_start([hsi, "process", "--as-of", as_of], cli_env, work, logs["process"]))
+        started.append(start_logged([hsi, "process", "--as-of", as_of], cli_env, work, logs["process"]))
         # 3. All 2 x PARALLEL runs are at their LLM step: open the gate (a moment later, so each has sent or is
         # waiting to send its first completion).
         wait_for(
