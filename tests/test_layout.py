@@ -20,8 +20,9 @@ DAGSTER_ALLOWED = (
     "jobs.py",
     "sensors.py",
     "partitions.py",
-    "run_launcher.py",  # the instance's run launcher and its pre-started run worker (dagster.yaml)
-    "run_worker.py",
+    "run_coordinator.py",  # the instance's run queue and run launcher (dagster.yaml)
+    "run_launcher.py",
+    "run_worker.py",  # the run launcher's pre-started run process
     "assets/",
     "resources/",
     "cli/",

@@ -11,15 +11,22 @@ LLM resource passes HSI_PROBE_CACHE_DIR when set, else `<the Dagster instance's 
 (INSTANCE_FOLDER: the scope of one instance's runs, `hsi process` included); None = nothing is cached (one probe per
 process). Only a pass is recorded, and only for a server that reports its build. A file that cannot be read or
 written is a cache miss, never an error.
+
+Runs that start together on a fresh server (a burst of closed windows) would each probe, under load: `exclusive`
+holds a lock file beside the verdict while one process probes, and the others wait for its verdict instead of probing
+too (they probe themselves if it did not pass).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from hsi_dagster.llm.slots import ServerInfo
@@ -79,3 +86,25 @@ def record_pass(base_url: str, info: ServerInfo, directory: Path | None) -> Path
         logger.debug("schema probe verdict not cached in %s: %s", directory, exc)
         return None
     return path
+
+
+@contextlib.contextmanager
+def exclusive(base_url: str, info: ServerInfo, directory: Path | None) -> Iterator[None]:
+    """Hold this server's probe lock (an flock on `<verdict>.lock`) for the body: one prober at a time per folder.
+    Nothing is held when nothing would be cached (no folder, no build) or the lock file cannot be opened."""
+    key = server_key(base_url, info)
+    if directory is None or key is None:
+        yield
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(_path(directory, key).with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        logger.debug("schema probe lock not taken in %s: %s", directory, exc)
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,16 +1,19 @@
 """The schema probe's verdict shared across processes (llm/probe_cache.py): the keys, the age limit, unreadable files
-as plain misses, no folder as no sharing. Two processes on the real server, with the folder from HSI_PROBE_CACHE_DIR or
-the Dagster instance: tests/dagster/test_probe_cache_resource.py."""
+as plain misses, no folder as no sharing, one prober at a time. Two processes on the real server, with the folder
+from HSI_PROBE_CACHE_DIR or the Dagster instance: tests/dagster/test_probe_cache_resource.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.llm.slots import ServerInfo
+from tests.support.fake_llama import FakeLlama, Reply
 
 INFO = ServerInfo(slot_context=4096, total_slots=2, model="/m/smollm2.gguf", chat_template=None, build_info="b1-abc")
 URL = "http://127.0.0.1:8091"
@@ -56,3 +59,25 @@ def test_no_folder_means_nothing_is_shared() -> None:
         assert client.probe_cache_dir is None
     with LlamaClient(URL, probe_cache_dir="/srv/probe") as client:
         assert client.probe_cache_dir == Path("/srv/probe")
+
+
+def test_processes_starting_together_probe_the_server_once(tmp_path: Path) -> None:
+    """FAKE server (fault injection: a probe answered after 3 s, as on a loaded server). Three processes sharing the
+    folder become ready at the same moment (a burst of runs on a fresh server): one probes, the others wait for its
+    verdict instead of sending probes of their own."""
+    fake = FakeLlama().start()
+    fake.script("/v1/chat/completions", Reply(delay=3.0))
+    ready = (
+        "import sys\n"
+        "from hsi_dagster.llm.client import LlamaClient\n"
+        "with LlamaClient(sys.argv[1], probe_cache_dir=sys.argv[2]) as client:\n"
+        "    client.ensure_ready()\n"
+    )
+    try:
+        processes = [
+            subprocess.Popen([sys.executable, "-c", ready, fake.url, str(tmp_path / "verdicts")]) for _ in range(3)
+        ]
+        assert [p.wait(60) for p in processes] == [0, 0, 0]
+        assert fake.count("/v1/chat/completions") == 1
+    finally:
+        fake.stop()
