@@ -9,6 +9,7 @@ threads) is Dagster's own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -35,7 +36,9 @@ class FrequentQueuedRunCoordinator(dg.QueuedRunCoordinator):
 
     @classmethod
     def config_type(cls) -> dict[str, Any]:
-        fields = dict(super().config_type())
+        parent = super().config_type()
+        assert isinstance(parent, Mapping), "QueuedRunCoordinator's config is a mapping of fields"
+        fields = dict(parent)
         fields["dequeue_interval_seconds"] = dg.Field(
             float,
             is_required=False,
