@@ -344,8 +344,9 @@ def inbox_sensor(
     """Files dropped in HSI_INBOX_DIR are loaded here, in the tick (a run per file cost seconds each and queued
     behind one another), and reported as `detections` materializations; then the windows closed by then are
     planned and their runs requested in the same tick. The tick holds on (SENSOR_HOLD_SECONDS), loading files
-    as they appear and planning again at each window's close, and ends as soon as it has runs to request (not at
-    the next tick, up to 5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
+    as they appear and planning again at each window's close and after each database write (detections may also
+    come from `hsi ingest` or Frigate), and ends as soon as it has runs to request (not at the next tick, up to
+    5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
     goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
     `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
     settings = pipeline_settings.get()
@@ -357,14 +358,16 @@ def inbox_sensor(
     plan = tick.plan()
     hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
     delay = settings.INBOX_WRITE_DELAY_SECONDS
+    # New inbox files, and detections written to the database by other paths (`hsi ingest`, Frigate) meanwhile.
+    watch = [inbox, *written_files(duckdb.database)]
     while not tick.pending:  # also before the database exists: the first file may arrive during the hold
         due = next_due(plan, delay) if plan else None
         if not keep_holding(bool((plan and plan.requests) or tick.ingest_runs), due, hold_until):
             break
-        if not wait_for_change(due, hold_until, [inbox]):
+        if not wait_for_change(due, hold_until, watch):
             break
-        if tick.load_new_files() or (due is not None and time.time() >= due):
-            plan = tick.plan()
+        tick.load_new_files()
+        plan = tick.plan()
     return tick.result(plan)
 
 

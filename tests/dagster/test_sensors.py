@@ -355,6 +355,33 @@ def test_a_holding_tick_sees_detections_loaded_meanwhile_and_ends_when_it_has_ru
     assert time.time() - idle >= 3  # nothing to request: it watched for the whole hold
 
 
+def test_an_inbox_tick_also_sees_detections_written_to_the_database_by_other_paths(instance, tmp_path):
+    """With an inbox folder, inbox_sensor plans every window, also those of detections loaded by `hsi ingest` or
+    Frigate (another process, here a thread): the holding tick plans again after their database write and requests
+    a confident person in the same tick, not at a tick up to 5 s later."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    db = str(tmp_path / "db.duckdb")
+    ingest_lines(db, [detection("old", "yard", hours_ago(2))])
+    res = resources(db, HSI_INBOX_DIR=str(inbox), SENSOR_HOLD_SECONDS="3", INBOX_WRITE_DELAY_SECONDS="0.2")
+    first = sensor_tick(inbox_sensor, instance, res, None)
+    assert [r.tags["hsi/camera"] for r in first.run_requests] == ["yard"]
+
+    def ingest_later() -> None:
+        time.sleep(0.5)
+        ingest_lines(db, [detection("p-1", "gate", datetime.now(UTC), "person", 0.95)], source="later")
+
+    writer = threading.Thread(target=ingest_later)
+    started = time.time()
+    writer.start()
+    try:
+        second = sensor_tick(inbox_sensor, instance, res, first.cursor)
+    finally:
+        writer.join()
+    assert [r.tags["hsi/camera"] for r in second.run_requests] == ["gate"]
+    assert time.time() - started < 3  # requested by this tick, before its hold ended
+
+
 def test_inbox_cursor_of_the_run_per_file_sensor_is_read():
     old = dg.serialize_value({"/in/a.jsonl": "10:5"})
     assert InboxCursor.from_json(old).files == {"/in/a.jsonl": "10:5"}
