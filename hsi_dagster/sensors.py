@@ -359,7 +359,7 @@ def inbox_sensor(
     hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
     delay = settings.INBOX_WRITE_DELAY_SECONDS
     # New inbox files, and detections written to the database by other paths (`hsi ingest`, Frigate) meanwhile.
-    watch = [inbox, *written_files(duckdb.database)]
+    watch: list[str | os.PathLike[str]] = [inbox, *written_files(duckdb.database)]
     while not tick.pending:  # also before the database exists: the first file may arrive during the hold
         due = next_due(plan, delay) if plan else None
         if not keep_holding(bool((plan and plan.requests) or tick.ingest_runs), due, hold_until):
