@@ -327,14 +327,9 @@ def test_batch_window_sensor_holds_on_for_a_window_about_to_close(instance, db):
     assert request.tags["hsi/camera"] == "yard" and time.time() >= closes_at
 
 
-def test_a_holding_tick_sees_detections_loaded_meanwhile_and_ends_when_it_has_runs(instance, tmp_path):
-    """No window open when the tick starts: it watches anyway. `hsi ingest` (another process, here a thread)
-    loads a confident person 0.5 s later; the tick plans again after that database write and requests it."""
-    db = str(tmp_path / "db.duckdb")
-    ingest_lines(db, [detection("old", "yard", hours_ago(2))])
-    res = resources(db, SENSOR_HOLD_SECONDS="3")
-    first = sensor_tick(batch_window_sensor, instance, res, None)  # the old window: requested at once
-    assert len(first.run_requests) == 1
+def _tick_while_a_person_is_ingested(sensor, instance, res, cursor, db: str):
+    """One tick of `sensor` while `hsi ingest` (another process, here a thread) loads a confident person at the gate
+    0.5 s into it; the tick's result and how long it took."""
 
     def ingest_later() -> None:
         time.sleep(0.5)
@@ -344,12 +339,24 @@ def test_a_holding_tick_sees_detections_loaded_meanwhile_and_ends_when_it_has_ru
     started = time.time()
     writer.start()
     try:
-        second = sensor_tick(batch_window_sensor, instance, res, first.cursor)
+        return sensor_tick(sensor, instance, res, cursor), time.time() - started
     finally:
         writer.join()
+
+
+def test_a_holding_tick_sees_detections_loaded_meanwhile_and_ends_when_it_has_runs(instance, tmp_path):
+    """No window open when the tick starts: it watches anyway. `hsi ingest` (another process, here a thread)
+    loads a confident person 0.5 s later; the tick plans again after that database write and requests it."""
+    db = str(tmp_path / "db.duckdb")
+    ingest_lines(db, [detection("old", "yard", hours_ago(2))])
+    res = resources(db, SENSOR_HOLD_SECONDS="3")
+    first = sensor_tick(batch_window_sensor, instance, res, None)  # the old window: requested at once
+    assert len(first.run_requests) == 1
+
+    second, took = _tick_while_a_person_is_ingested(batch_window_sensor, instance, res, first.cursor, db)
     [request] = second.run_requests
     assert request.tags["hsi/camera"] == "gate"
-    assert time.time() - started < 3  # ended with its run, before the hold's end
+    assert took < 3  # ended with its run, before the hold's end
     idle = time.time()
     assert sensor_tick(batch_window_sensor, instance, res, second.cursor).run_requests == []
     assert time.time() - idle >= 3  # nothing to request: it watched for the whole hold
@@ -367,19 +374,9 @@ def test_an_inbox_tick_also_sees_detections_written_to_the_database_by_other_pat
     first = sensor_tick(inbox_sensor, instance, res, None)
     assert [r.tags["hsi/camera"] for r in first.run_requests] == ["yard"]
 
-    def ingest_later() -> None:
-        time.sleep(0.5)
-        ingest_lines(db, [detection("p-1", "gate", datetime.now(UTC), "person", 0.95)], source="later")
-
-    writer = threading.Thread(target=ingest_later)
-    started = time.time()
-    writer.start()
-    try:
-        second = sensor_tick(inbox_sensor, instance, res, first.cursor)
-    finally:
-        writer.join()
+    second, took = _tick_while_a_person_is_ingested(inbox_sensor, instance, res, first.cursor, db)
     assert [r.tags["hsi/camera"] for r in second.run_requests] == ["gate"]
-    assert time.time() - started < 3  # requested by this tick, before its hold ended
+    assert took < 3  # requested by this tick, before its hold ended
 
 
 def test_inbox_cursor_of_the_run_per_file_sensor_is_read():
