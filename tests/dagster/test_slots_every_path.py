@@ -33,6 +33,7 @@ import pytest
 from dagster._core.instance import InstanceRef
 
 from hsi_dagster.definitions import build_resources
+from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
 from hsi_dagster.settings import HsiSettings, load_settings
@@ -93,6 +94,14 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     daemon_db, cli_db, leases = tmp_path / "daemon.duckdb", tmp_path / "cli.duckdb", tmp_path / "slot-leases"
     proxy = CountingProxy(llama_server.url, gated=True).start()
+    # The schema probe's pass, taken first with the gate open and shared by every process (HSI_PROBE_CACHE_DIR):
+    # without it the first process would probe at the closed gate while the others wait for its verdict
+    # (probe_cache.exclusive), and only one completion would be in flight there.
+    verdicts = tmp_path / "probe-verdicts"
+    proxy.gate.set()
+    with LlamaClient(proxy.url, probe_cache_dir=verdicts) as client:
+        client.ensure_ready()
+    proxy.gate.clear()
     base = {name: value for name, value in os.environ.items() if name not in HsiSettings.model_fields}
     base.update(
         DAGSTER_HOME=str(home),
@@ -100,6 +109,7 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
         HSI_INBOX_DIR=str(tmp_path / "no-inbox"),  # no inbox folder: the batch sensor plans from the database
         LLAMA_SERVER_URL=proxy.url,  # the only URL any process is given
         HSI_SLOT_LEASE_DIR=str(leases),
+        HSI_PROBE_CACHE_DIR=str(verdicts),
         CTX_SIZE=str(llama_server.settings.CTX_SIZE),
         PARALLEL=str(parallel),
         NEMOTRON_MAX_OUTPUT_TOKENS="256",  # SmolLM2 on 2 shared cores: short replies
