@@ -235,12 +235,8 @@ class LlamaClient:
             state.size_limiter(info.total_slots)
             if not state.schema_enforced:
                 # Another process sharing the folder (the same Dagster instance) may have probed this server, or be
-                # probing it now: wait for its verdict rather than probe alongside it.
-                if not probe_cache.passed(self.base_url, info, self.probe_cache_dir):
-                    with probe_cache.exclusive(self.base_url, info, self.probe_cache_dir):
-                        if not probe_cache.passed(self.base_url, info, self.probe_cache_dir):
-                            self.verify_schema_enforcement()
-                            probe_cache.record_pass(self.base_url, info, self.probe_cache_dir)
+                # probing it now: its verdict is used rather than a probe alongside it.
+                probe_cache.probe_once(self.base_url, info, self.probe_cache_dir, self.verify_schema_enforcement)
                 state.schema_enforced = True
             state.info = info
             logger.info(

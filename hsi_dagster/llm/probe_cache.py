@@ -12,7 +12,7 @@ LLM resource passes HSI_PROBE_CACHE_DIR when set, else `<the Dagster instance's 
 process). Only a pass is recorded, and only for a server that reports its build. A file that cannot be read or
 written is a cache miss, never an error.
 
-Runs that start together on a fresh server (a burst of closed windows) would each probe, under load: `exclusive`
+Runs that start together on a fresh server (a burst of closed windows) would each probe, under load: `probe_once`
 holds a lock file beside the verdict while one process probes, and the others wait for its verdict instead of probing
 too (they probe themselves if it did not pass).
 """
@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hsi_dagster.llm.slots import ServerInfo
@@ -88,8 +88,19 @@ def record_pass(base_url: str, info: ServerInfo, directory: Path | None) -> Path
     return path
 
 
+def probe_once(base_url: str, info: ServerInfo, directory: Path | None, probe: Callable[[], None]) -> None:
+    """Run `probe` (it raises if the server fails it) unless a process sharing `directory` saw it pass on this
+    server, or passes it while this one waits for the lock; record the pass for the others."""
+    if passed(base_url, info, directory):
+        return
+    with _exclusive(base_url, info, directory):
+        if not passed(base_url, info, directory):
+            probe()
+            record_pass(base_url, info, directory)
+
+
 @contextlib.contextmanager
-def exclusive(base_url: str, info: ServerInfo, directory: Path | None) -> Iterator[None]:
+def _exclusive(base_url: str, info: ServerInfo, directory: Path | None) -> Iterator[None]:
     """Hold this server's probe lock (an flock on `<verdict>.lock`) for the body: one prober at a time per folder.
     Nothing is held when nothing would be cached (no folder, no build) or the lock file cannot be opened."""
     key = server_key(base_url, info)

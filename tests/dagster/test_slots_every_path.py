@@ -96,7 +96,7 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
     proxy = CountingProxy(llama_server.url, gated=True).start()
     # The schema probe's pass, taken first with the gate open and shared by every process (HSI_PROBE_CACHE_DIR):
     # without it the first process would probe at the closed gate while the others wait for its verdict
-    # (probe_cache.exclusive), and only one completion would be in flight there.
+    # (probe_cache.probe_once), and only one completion would be in flight there.
     verdicts = tmp_path / "probe-verdicts"
     proxy.gate.set()
     with LlamaClient(proxy.url, probe_cache_dir=verdicts) as client:
