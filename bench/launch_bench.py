@@ -1,5 +1,5 @@
 """Run launch time, RUN_STARTING -> RUN_START, with Dagster's DefaultRunLauncher (the code server spawns an
-interpreter per run) against hsi_dagster.run_launcher.WarmProcessRunLauncher (warm, and with warm_workers: 0 = its
+interpreter per run) against hsi_dagster.instance.launcher.WarmProcessRunLauncher (warm, and with warm_workers: 0 = its
 cold path), side by side (issue #17, docs/live-path.md).
 
 Each lane: a temporary DAGSTER_HOME with the repository's dagster.yaml (its `run_launcher` block swapped per lane),
@@ -49,7 +49,7 @@ def _lane(name: str, runs: int, gap: float, work: Path) -> list[dict[str, float]
     config.pop("run_launcher", None)
     if LANES[name] is not None:
         config["run_launcher"] = {
-            "module": "hsi_dagster.run_launcher",
+            "module": "hsi_dagster.instance.launcher",
             "class": "WarmProcessRunLauncher",
             "config": LANES[name],
         }

@@ -18,11 +18,9 @@ ENVIRON_ALLOWED = ("cli/",)
 DAGSTER_ALLOWED = (
     "definitions.py",
     "jobs.py",
-    "sensors.py",
+    "sensors/",
     "partitions.py",
-    "run_coordinator.py",  # the instance's run queue and run launcher (dagster.yaml)
-    "run_launcher.py",
-    "run_worker.py",  # the run launcher's pre-started run process
+    "instance/",  # the instance's run queue, run launcher and run history (dagster.yaml)
     "assets/",
     "resources/",
     "cli/",

@@ -10,7 +10,7 @@ transactions, queued by the file lock of storage/db.py.
 Which batches, and when to try again: the batch-window sensor's policy (`core/batch_policy.choose_batches`), with
 no per-tick cap. Attempt state lives in the Dagster instance: every run of a batch's partition that failed since
 its last successful one is an attempt, whoever launched it (this command, the sensor, the UI), read back with
-`sensors.batch_run_history`; each run is tagged `hsi/attempt`. So a batch that failed here waits out the same
+`instance/run_history.batch_run_history`; each run is tagged `hsi/attempt`. So a batch that failed here waits out the same
 back-off before the next `hsi process` (or the sensor) tries it again, a batch with a run queued or going
 elsewhere is left to it, and one that used MAX_ATTEMPTS is given up by both. Runs of a killed `hsi process` are
 marked failed by the next one (`reclaim_orphans`) and so count as attempts too.
@@ -115,7 +115,7 @@ def _run_batch(batch_id: str, tags: dict[str, str]) -> BatchRun:
 def batches_to_process(instance, settings: HsiSettings, as_of: datetime, now: float) -> BatchChoice:
     """The batch policy over the windows closed as of `as_of` and the recorded batches without an assessment,
     with the instance's runs as the attempt history."""
-    from hsi_dagster.sensors import batch_run_history
+    from hsi_dagster.instance.run_history import batch_run_history
 
     with connect(settings.HSI_DUCKDB_PATH) as conn:
         closed = [batch.batch_id for batch in pending_closed_batches(conn, BatchRules.from_settings(settings), as_of)]

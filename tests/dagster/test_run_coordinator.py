@@ -14,7 +14,7 @@ from dagster._core.instance import InstanceRef
 from dagster._daemon.controller import create_daemon_of_type
 from dagster._daemon.run_coordinator import QueuedRunCoordinatorDaemon
 
-from hsi_dagster.run_coordinator import FrequentQueuedRunCoordinator
+from hsi_dagster.instance.coordinator import FrequentQueuedRunCoordinator
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import serialize_value
 
 from hsi_dagster.llm.embedded import free_port
-from hsi_dagster.run_launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
+from hsi_dagster.instance.launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
 from tests.support.dagster_procs import start_logged, stop_group, submit_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -249,7 +249,7 @@ def test_a_terminate_before_the_worker_read_its_run_cancels_the_run_at_its_start
 
 def test_an_edited_settings_file_makes_the_next_run_cold(tmp_path, monkeypatch):
     """The definitions read hsi.env when the worker imported them: an edit after that must not run stale."""
-    from hsi_dagster import run_worker
+    from hsi_dagster.instance import worker as run_worker
 
     env_file = tmp_path / "hsi.env"
     env_file.write_text("PARALLEL=2\n")
@@ -267,7 +267,7 @@ def test_the_preload_calls_the_code_location_warm_up():
         "from dagster._core.code_pointer import ModuleCodePointer\n"
         "from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin\n"
         "from dagster._serdes import serialize_value\n"
-        "from hsi_dagster import run_worker\n"
+        "from hsi_dagster.instance import worker as run_worker\n"
         "from hsi_dagster.core import budget\n"
         "pointer = ModuleCodePointer('hsi_dagster.definitions', 'defs', None)\n"
         "origin = JobPythonOrigin('batch_pipeline', RepositoryPythonOrigin(sys.executable, pointer))\n"

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from hsi_dagster import sensors
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.core.batching import BatchRules
 from hsi_dagster.resources import HsiDuckDBResource
-from hsi_dagster.sensors import InboxCursor, batch_window_sensor, inbox_sensor
+from hsi_dagster.sensors import InboxCursor, batch_window_sensor, inbox_sensor, window_planning
+from hsi_dagster.sensors import inbox as inbox_module
 from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
@@ -110,7 +110,7 @@ def test_closed_window_whose_run_failed_before_recording_is_requested_again_afte
     assert not failed.success
     assert sensor_tick(batch_window_sensor, instance, res, first.cursor).run_requests == []
     later = time.time() + 601  # past the 600 s grace
-    monkeypatch.setattr(sensors, "time", SimpleNamespace(time=lambda: later))
+    monkeypatch.setattr(window_planning, "time", SimpleNamespace(time=lambda: later))
     again = sensor_tick(batch_window_sensor, instance, res, first.cursor)
     assert [(r.partition_key, r.run_key, r.tags["hsi/attempt"]) for r in again.run_requests] == [
         (request.partition_key, f"{request.partition_key}#retry1", "2")
@@ -129,7 +129,7 @@ def test_runs_launched_elsewhere_count_as_attempts(instance, db, tmp_path, monke
     ).success
     assert sensor_tick(batch_window_sensor, instance, res, None).run_requests == []
     later = time.time() + 601
-    monkeypatch.setattr(sensors, "time", SimpleNamespace(time=lambda: later))
+    monkeypatch.setattr(window_planning, "time", SimpleNamespace(time=lambda: later))
     again = sensor_tick(batch_window_sensor, instance, res, None)
     assert [r.run_key for r in again.run_requests] == [f"{batch_id}#retry1"]
 
@@ -196,7 +196,7 @@ def test_inbox_file_over_the_tick_bound_goes_to_an_ingest_run(instance, tmp_path
     inbox.mkdir()
     big = inbox / "bulk.jsonl"
     big.write_text("\n".join(detection(f"b{n}", "cam", hours_ago(1)) for n in range(50)) + "\n")
-    monkeypatch.setattr(sensors, "INBOX_MAX_BYTES_PER_TICK", big.stat().st_size - 1)
+    monkeypatch.setattr(inbox_module, "INBOX_MAX_BYTES_PER_TICK", big.stat().st_size - 1)
     res = resources(str(tmp_path / "db.duckdb"), HSI_INBOX_DIR=str(inbox))
     first = sensor_tick(inbox_sensor, instance, res, None)
     [request] = first.run_requests
@@ -219,7 +219,7 @@ def test_inbox_sensor_plans_windows_only_up_to_the_oldest_file_not_yet_loaded(in
     written = start.timestamp() + 21  # the second file was written right after its detection
     os.utime(first_file, (start.timestamp() + 1, start.timestamp() + 1))
     os.utime(second_file, (written, written))
-    monkeypatch.setattr(sensors, "INBOX_MAX_FILES_PER_TICK", 1)
+    monkeypatch.setattr(inbox_module, "INBOX_MAX_FILES_PER_TICK", 1)
     res = resources(db, HSI_INBOX_DIR=str(inbox))
     first = sensor_tick(inbox_sensor, instance, res, None)
     assert materialized_files(first) == ["1.jsonl"]

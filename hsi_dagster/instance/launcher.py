@@ -1,11 +1,11 @@
 """Launch each run in a process that already imported dagster and the definitions (issue #17, the live path).
 
 Dagster's DefaultRunLauncher asks the code server to spawn a new interpreter per run: ~1.5 s of imports between
-RUN_STARTING and RUN_START. This launcher keeps `warm_workers` pre-started `hsi_dagster.run_worker` processes per
+RUN_STARTING and RUN_START. This launcher keeps `warm_workers` pre-started `hsi_dagster.instance.worker` processes per
 code origin (executable, working directory); a launch writes the `dagster api execute_run` payload to an idle
 one's stdin and starts its replacement in the background. Without a ready worker the run starts cold, as
 `dagster api execute_run <payload>` (what DockerRunLauncher runs in its container). One run per process, as before.
-A worker that finds project files edited since its pre-load re-executes cold (hsi_dagster/run_worker.py). Workers
+A worker that finds project files edited since its pre-load re-executes cold (hsi_dagster/instance/worker.py). Workers
 run in their own session: a run outlives a daemon restart, as it did as a child of the code server. Termination
 and run monitoring work from the `hsi/run_worker_pid` tag alone, so the webserver can use them too. Module import
 stays light: the daemon imports it; the definitions load only in the workers.
@@ -31,7 +31,7 @@ from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import ConfigurableClass, ConfigurableClassData, serialize_value
 
 PID_TAG = "hsi/run_worker_pid"
-WORKER_MODULE = "hsi_dagster.run_worker"
+WORKER_MODULE = "hsi_dagster.instance.worker"
 _OUR_COMMANDS = (WORKER_MODULE.encode(), b"execute_run")  # what /proc/<pid>/cmdline of one of our workers holds
 
 WorkerKey = tuple[str, str | None]

@@ -1,6 +1,6 @@
 """A run process started BEFORE its run: `WarmProcessRunLauncher` keeps one per code origin.
 
-`python -m hsi_dagster.run_worker --origin <JobPythonOrigin JSON> --ready-fd N` imports dagster and loads the code
+`python -m hsi_dagster.instance.worker --origin <JobPythonOrigin JSON> --ready-fd N` imports dagster and loads the code
 location (what costs ~1.5 s in a fresh interpreter), closes the ready pipe, then waits on stdin for one line: the
 `ExecuteRunArgs` JSON that `dagster api execute_run` takes. It runs that command in-process (one run per process,
 then exit) or, if project code or the settings file changed on disk since the pre-load, `execv`s a fresh
@@ -103,7 +103,7 @@ def _canceled_before_start(payload: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hsi_dagster.run_worker")
+    parser = argparse.ArgumentParser(prog="python -m hsi_dagster.instance.worker")
     parser.add_argument("--origin", help="serialized JobPythonOrigin to pre-load")
     parser.add_argument("--ready-fd", type=int, help="pipe to close once pre-loaded")
     args = parser.parse_args(argv)

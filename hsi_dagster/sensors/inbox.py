@@ -1,0 +1,212 @@
+"""inbox_sensor: files dropped in HSI_INBOX_DIR are loaded in the tick, then the windows closed by then get runs."""
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+
+from hsi_dagster.assets.ingest import IngestConfig
+from hsi_dagster.jobs import batch_pipeline_job, ingest_job
+from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.sensors.hold import keep_holding, next_due, wait_for_change
+from hsi_dagster.sensors.window_planning import WindowPlan, partition_requests, plan_windows
+from hsi_dagster.settings import HsiSettings
+from hsi_dagster.storage.db import DatabaseNotFound, written_files
+from hsi_dagster.storage.ingest import FileReport, IngestError, ingest_files
+
+DETECTIONS_KEY = dg.AssetKey("detections")
+INBOX_PATTERNS = ("*.jsonl", "*.jsonl.gz")
+INBOX_MAX_FILES_PER_TICK = 500
+INBOX_MAX_BYTES_PER_TICK = 32 * 2**20  # a larger file is ingested by a run of ingest_job instead
+INBOX_MAX_SECONDS_PER_TICK = 20.0  # well under the daemon's 60 s sensor timeout
+
+
+@dataclass(frozen=True)
+class InboxFile:
+    path: Path
+    size: int
+    mtime_ns: int
+
+    @property
+    def version(self) -> str:
+        return f"{self.size}:{self.mtime_ns}"
+
+
+def inbox_files(inbox: Path) -> list[InboxFile]:
+    """Finished files in the inbox, oldest first (writers rename a `.`-prefixed file when done)."""
+    found = []
+    for pattern in INBOX_PATTERNS:
+        for path in inbox.glob(pattern):
+            if path.name.startswith("."):
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue  # renamed or deleted since the listing
+            found.append(InboxFile(path, stat.st_size, stat.st_mtime_ns))
+    return sorted(found, key=lambda f: (f.mtime_ns, f.path.name))
+
+
+@dataclass
+class InboxCursor:
+    """Files handled (path -> "size:mtime_ns"; ingested here or handed to an ingest run) and the window planner's
+    cursor. Only a hint: `ingested_files` in DuckDB is what keeps a file from being loaded twice."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    windows: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "InboxCursor":
+        if not text:
+            return cls()
+        data = json.loads(text)
+        if "files" not in data or not isinstance(data.get("files"), dict):  # before #17: path -> version only
+            return cls(files={k: v for k, v in data.items() if isinstance(v, str)})
+        return cls(files=dict(data["files"]), windows=data.get("windows"))
+
+    def to_json(self) -> str:
+        return json.dumps({"files": self.files, "windows": self.windows}, sort_keys=True, separators=(",", ":"))
+
+
+class InboxTick:
+    """One tick of inbox_sensor: loads the new files (possibly in several rounds while the tick holds on) and
+    plans the windows closed by then; what it loaded and handed on becomes the tick's result."""
+
+    def __init__(
+        self, context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, settings: HsiSettings, inbox: Path
+    ) -> None:
+        self.context, self.duckdb, self.settings, self.inbox = context, duckdb, settings, inbox
+        self.started = time.time()
+        self.cursor = InboxCursor.from_json(context.cursor)
+        self.handled: dict[str, str] = {}
+        self.ingest_runs: list[dg.RunRequest] = []
+        self.reports: list[FileReport] = []
+        self.failed: dict[str, str] = {}
+        self.pending: list[InboxFile] = []  # left for the next tick (bounds)
+        self.listed_at = self.started
+        self.loaded_files = self.loaded_bytes = 0
+
+    def load_new_files(self) -> bool:
+        """Loads the files not handled yet, within the tick's bounds; True if any was loaded or handed on. If the
+        tick dies midway, files loaded so far stay loaded and are skipped next time (the cursor is not advanced)."""
+        self.listed_at = time.time()
+        listed = inbox_files(self.inbox)
+        known = {**self.cursor.files, **self.handled}
+        self.handled = {str(f.path): f.version for f in listed if known.get(str(f.path)) == f.version}
+        new = [f for f in listed if str(f.path) not in self.handled]
+        budget = INBOX_MAX_BYTES_PER_TICK - self.loaded_bytes
+        to_load: list[InboxFile] = []
+        self.pending, handed_on = [], False
+        for f in new:
+            if f.size > INBOX_MAX_BYTES_PER_TICK:
+                self.ingest_runs.append(
+                    dg.RunRequest(
+                        job_name=ingest_job.name,
+                        run_key=f"{f.path.name}:{f.version}",
+                        run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(f.path.resolve())])}),
+                    )
+                )
+                self.handled[str(f.path)] = f.version
+                handed_on = True
+            elif self.loaded_files + len(to_load) < INBOX_MAX_FILES_PER_TICK and f.size <= budget and not self.pending:
+                to_load.append(f)
+                budget -= f.size
+            else:
+                self.pending.append(f)
+        if to_load:
+            with self.duckdb.get_connection() as conn:
+                for index, f in enumerate(to_load):
+                    if time.time() - self.started > INBOX_MAX_SECONDS_PER_TICK:
+                        self.pending[:0] = to_load[index:]
+                        break
+                    try:
+                        report = ingest_files(conn, [f.path], settings=self.settings, skip_already_ingested=True)
+                    except IngestError as exc:  # unreadable or corrupt: named in the log, not retried until it changes
+                        self.context.log.error(str(exc))
+                        self.failed[str(f.path)] = str(exc)
+                    else:
+                        self.reports += report.files
+                    self.handled[str(f.path)] = f.version
+                    self.loaded_files += 1
+                    self.loaded_bytes += f.size
+        return bool(to_load) or handed_on
+
+    def plan(self) -> WindowPlan | None:
+        """Windows are decided only up to the oldest file still waiting (all older files are loaded by now) and
+        INBOX_WRITE_DELAY_SECONDS before the listing (a file still being written may hold older detections)."""
+        as_of = min([self.listed_at] + [f.mtime_ns / 1e9 for f in self.pending])
+        as_of -= self.settings.INBOX_WRITE_DELAY_SECONDS
+        try:
+            with self.duckdb.get_connection(read_only=True) as conn:
+                return plan_windows(
+                    self.context, conn, self.settings, self.cursor.windows, datetime.fromtimestamp(as_of, UTC)
+                )
+        except DatabaseNotFound:
+            return None
+
+    def result(self, plan: WindowPlan | None) -> dg.SensorResult:
+        if self.pending:
+            self.context.log.info(f"{len(self.pending)} inbox files left for the next tick (bounds per tick)")
+        events = []
+        if self.reports or self.failed:
+            events.append(
+                dg.AssetMaterialization(
+                    asset_key=DETECTIONS_KEY,
+                    description=f"{len(self.reports)} inbox files loaded by inbox_sensor",
+                    metadata={
+                        "files": dg.MetadataValue.json([r.source for r in self.reports]),
+                        "loaded": sum(r.loaded for r in self.reports),
+                        "duplicates_skipped": sum(r.duplicates for r in self.reports),
+                        "quarantined": sum(r.quarantined for r in self.reports),
+                        "already_ingested": sum(r.skipped for r in self.reports),
+                        "failed": dg.MetadataValue.json(self.failed),
+                        "elapsed_s": round(time.time() - self.started, 3),
+                    },
+                )
+            )
+        return dg.SensorResult(
+            run_requests=self.ingest_runs + (plan.requests if plan else []),
+            asset_events=events,
+            dynamic_partitions_requests=partition_requests(plan.new_partitions if plan else []),
+            cursor=InboxCursor(self.handled, plan.cursor.to_json() if plan else self.cursor.windows).to_json(),
+        )
+
+
+@dg.sensor(
+    jobs=[ingest_job, batch_pipeline_job], minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING
+)
+def inbox_sensor(
+    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> dg.SensorResult | dg.SkipReason:
+    """Files dropped in HSI_INBOX_DIR are loaded here, in the tick (a run per file cost seconds each and queued
+    behind one another), and reported as `detections` materializations; then the windows closed by then are
+    planned and their runs requested in the same tick. The tick holds on (SENSOR_HOLD_SECONDS), loading files
+    as they appear and planning again at each window's close and after each database write (detections may also
+    come from `hsi ingest` or Frigate), and ends as soon as it has runs to request (not at the next tick, up to
+    5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
+    goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
+    `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
+    settings = pipeline_settings.get()
+    inbox = Path(settings.HSI_INBOX_DIR)
+    if not inbox.is_dir():
+        return dg.SkipReason(f"no inbox folder at {inbox}")
+    tick = InboxTick(context, duckdb, settings, inbox)
+    tick.load_new_files()
+    plan = tick.plan()
+    hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
+    delay = settings.INBOX_WRITE_DELAY_SECONDS
+    # New inbox files, and detections written to the database by other paths (`hsi ingest`, Frigate) meanwhile.
+    watch: list[str | os.PathLike[str]] = [inbox, *written_files(duckdb.database)]
+    while not tick.pending:  # also before the database exists: the first file may arrive during the hold
+        due = next_due(plan, delay) if plan else None
+        if not keep_holding(bool((plan and plan.requests) or tick.ingest_runs), due, hold_until):
+            break
+        if not wait_for_change(due, hold_until, watch):
+            break
+        tick.load_new_files()
+        plan = tick.plan()
+    return tick.result(plan)
