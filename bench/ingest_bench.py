@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hsi_dagster.storage.ingest import ingest_files  # noqa: E402
+from hsi_dagster.synthetic import bad_lines as bad_source  # noqa: E402
 from hsi_dagster.synthetic import streams as sim  # noqa: E402
+from hsi_dagster.synthetic.jsonl import write_jsonl  # noqa: E402
 
 TARGET_PER_S = 100_000
 BAD_FRACTION = 0.001
@@ -32,7 +34,8 @@ BAD_FRACTION = 0.001
 
 def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
     """The benchmark file, generated once per (size, simulator version)."""
-    version = hashlib.sha256(Path(sim.__file__).read_bytes()).hexdigest()[:10]
+    sources = b"".join(Path(module.__file__ or "").read_bytes() for module in (sim, bad_source))
+    version = hashlib.sha256(sources).hexdigest()[:10]
     cache = Path(tempfile.gettempdir()) / "hsi-bench"
     path = cache / f"ingest-{detections}-{seed}-{version}.jsonl{'.gz' if gz else ''}"
     if path.exists():
@@ -42,7 +45,7 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
     started = time.perf_counter()
     start = datetime(2026, 12, 1, tzinfo=UTC)
     good = itertools.islice(sim.simulate(seed, start=start, duration_s=30 * 86400, events_per_hour=60), detections)
-    bad = iter(sim.bad_lines(seed, int(detections * BAD_FRACTION)))
+    bad = iter(bad_source.bad_lines(seed, int(detections * BAD_FRACTION)))
     every = int(1 / BAD_FRACTION)
 
     def lines():
@@ -53,7 +56,7 @@ def build_input(detections: int, gz: bool, seed: int = 7) -> Path:
                 if item is not None:
                     yield item.line
 
-    count = sim.write_jsonl(path, lines())
+    count = write_jsonl(path, lines())
     print(
         f"generated {count} lines ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f}s: {path}"
     )

@@ -938,7 +938,8 @@ def sensor_figures(ticks: list[dict]) -> dict[str, dict]:
 def replay(files: list[StreamFile], inbox: Path) -> None:
     """Write the first lane's stream again, file by file at the same pace, every timestamp shifted so the windows
     close in real time again (same detection ids, cameras, labels and gaps: the same windows)."""
-    from hsi_dagster.synthetic.streams import shift_ts, write_jsonl
+    from hsi_dagster.synthetic.jsonl import write_jsonl
+    from hsi_dagster.synthetic.live import shift_ts
 
     def index(f: StreamFile) -> int:  # live-<seed>-<stamp>-<k>.jsonl is written at the stream's t0 + k + 1
         return int(f.path.name.rsplit("-", 1)[1].split(".")[0])

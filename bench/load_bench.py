@@ -56,7 +56,7 @@ from hsi_dagster.settings import HsiSettings  # noqa: E402
 from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402
 from hsi_dagster.storage.db import DatabaseNotFound, connect  # noqa: E402
 from hsi_dagster.storage.ingest import ingest_files  # noqa: E402
-from hsi_dagster.synthetic.streams import bad_lines  # noqa: E402
+from hsi_dagster.synthetic.bad_lines import bad_lines  # noqa: E402
 from tests.reliability.stream_ledger import (  # noqa: E402
     NORMAL_EVENTS_PER_CAMERA_HOUR,
     cameras,

@@ -61,7 +61,8 @@ def run_demo(
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
     from hsi_dagster.storage.db import connect
     from hsi_dagster.storage.ingest import ingest_files
-    from hsi_dagster.synthetic.streams import simulate, write_jsonl
+    from hsi_dagster.synthetic.jsonl import write_jsonl
+    from hsi_dagster.synthetic.streams import simulate
 
     started = time.perf_counter()
     settings = settings_with(

@@ -150,7 +150,9 @@ def cmd_process(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from hsi_dagster.synthetic.streams import simulate, simulate_live, write_jsonl
+    from hsi_dagster.synthetic.jsonl import write_jsonl
+    from hsi_dagster.synthetic.live import simulate_live
+    from hsi_dagster.synthetic.streams import simulate
 
     if args.live:
         activity = parse_timestamp(args.activity_start) if args.activity_start else None

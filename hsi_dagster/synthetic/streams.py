@@ -4,23 +4,18 @@ A Poisson stream of scenario events (deliveries, residents coming home, pets, wi
 a vehicle break-in, passing cars, plus false-positive noise) is turned into per-frame detections of moving
 tracks, some carrying the enrichment the vision models would add. Same arguments -> byte-identical output:
 one `random.Random` drives everything and nothing depends on hashing, the clock or dict order of sets.
+Writing them to files is `synthetic/jsonl.py`, playing them in real time `synthetic/live.py`.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import heapq
-import json
-import os
 import random
-import tempfile
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 DEFAULT_CAMERAS = ("front_door", "driveway", "backyard", "garage", "street")
 CAMERA_ZONES = {
@@ -124,14 +119,6 @@ class _Event:
     frame_dt: tuple[float, float]
     pauses: list[tuple[float, float]]
     ctx: dict[str, Any]
-
-
-class BadLine(NamedTuple):
-    """A deliberately invalid line: what kind of fault, the field its rejection must name, the bytes."""
-
-    kind: str
-    field: str
-    line: bytes
 
 
 class _Sim:
@@ -654,252 +641,5 @@ def simulate(
         yield record
 
 
-def encode_record(record: dict[str, Any] | str | bytes) -> bytes:
-    """One JSONL line (without newline): dicts as compact UTF-8 JSON, str/bytes as they are."""
-    if isinstance(record, bytes):
-        return record
-    if isinstance(record, str):
-        return record.encode("utf-8", errors="surrogatepass")
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def write_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any] | str | bytes]) -> int:
-    """Write records as JSON Lines atomically (temp file + rename); `.gz` paths are gzipped. Returns the count.
-
-    Output is byte-identical for identical records (the gzip header carries no timestamp or name).
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    count = 0
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            sink: Any = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if target.suffix == ".gz" else raw
-            buffer: list[bytes] = []
-            for record in records:
-                buffer.append(encode_record(record))
-                count += 1
-                if len(buffer) >= 4096:
-                    sink.write(b"\n".join(buffer) + b"\n")
-                    buffer.clear()
-            if buffer:
-                sink.write(b"\n".join(buffer) + b"\n")
-            if sink is not raw:
-                sink.close()
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
-
-
-def simulate_live(
-    inbox_dir: str | os.PathLike[str],
-    rate_per_s: float,
-    seconds: float,
-    seed: int,
-    *,
-    file_interval_s: float = 1.0,
-    start: datetime | None = None,
-    activity_start: datetime | None = None,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[Path]:
-    """Play a stream in real time into `inbox_dir`: every `file_interval_s` one file with the detections of that
-    interval, written under a hidden `.part` name then renamed, so a watcher never sees a half-written file.
-
-    `rate_per_s` is the average detection rate (the stream is bursty, like real cameras). The activity depends on
-    the time of day (lighting); `activity_start` plays the activity simulated from that moment, its timestamps
-    moved to now, so a benchmark gets the same stream whenever it runs. Returns the files.
-    """
-    inbox = Path(inbox_dir)
-    inbox.mkdir(parents=True, exist_ok=True)
-    t0 = clock()
-    begin = start or datetime.fromtimestamp(round(t0, 3), tz=UTC)
-    activity = activity_start or begin
-    events_per_hour = max(rate_per_s, 1e-6) * 3600 / AVERAGE_DETECTIONS_PER_EVENT
-    # Start the simulated activity earlier and drop what precedes `begin`: events last minutes, so the stream is
-    # at its steady rate from the first file instead of ramping up.
-    warmup = LIVE_WARMUP_SECONDS
-    simulated = simulate(
-        seed, start=activity - timedelta(seconds=warmup), duration_s=seconds + warmup, events_per_hour=events_per_hour
-    )
-    stream = (shift_ts(record, begin - activity) for record in simulated)
-    pending = next(stream, None)
-    while pending is not None and _record_utc(pending) < begin:
-        pending = next(stream, None)
-    written: list[Path] = []
-    intervals = max(1, int(-(-seconds // file_interval_s)))
-    stamp = begin.strftime("%Y%m%dT%H%M%S")
-    for k in range(intervals):
-        until = begin + timedelta(seconds=(k + 1) * file_interval_s)
-        chunk: list[dict[str, Any]] = []
-        while pending is not None and _record_utc(pending) < until:
-            chunk.append(pending)
-            pending = next(stream, None)
-        wait = t0 + (k + 1) * file_interval_s - clock()
-        if wait > 0:
-            sleep(wait)
-        if chunk:
-            target = inbox / f"live-{seed}-{stamp}-{k:06d}.jsonl"
-            write_jsonl(target, chunk)
-            written.append(target)
-    return written
-
-
-def shift_ts(record: dict[str, Any], delta: timedelta) -> dict[str, Any]:
-    """The record with its `ts` moved by `delta`, written as it was (UTC `Z` or a local offset, milliseconds)."""
-    if not delta:
-        return record
-    ts = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")) + delta
-    text = (
-        ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        if record["ts"].endswith("Z")
-        else ts.isoformat(timespec="milliseconds")
-    )
-    return {**record, "ts": text}
-
-
-def _record_utc(record: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).astimezone(UTC)
-
-
-def _measure_average() -> float:
-    start = datetime(2026, 1, 5, tzinfo=UTC)
-    count = sum(1 for _ in simulate(0, start=start, duration_s=24 * 3600, events_per_hour=20))
-    return count / (24 * 20)
-
-
-LIVE_WARMUP_SECONDS = 300.0
-
-# Detections per event, averaged over a simulated day (used to turn a detection rate into an event rate).
+# Detections per event, averaged over a simulated day (turns a detection rate into an event rate; a test measures it).
 AVERAGE_DETECTIONS_PER_EVENT = 33.0
-
-
-# --------------------------------------------------------------------------------------------------------------
-def bad_lines(seed: int, n: int) -> list[BadLine]:
-    """`n` invalid lines cycling through many kinds of fault (shuffled by `seed`), each with the field its
-    rejection reason must name. For tests and benchmarks of the quarantine path."""
-    rng = random.Random(f"hsi-bad-lines|{seed}")
-    kinds = list(_BAD_KINDS)
-    out: list[BadLine] = []
-    for i in range(n):
-        if i % len(kinds) == 0:
-            rng.shuffle(kinds)
-        kind = kinds[i % len(kinds)]
-        base = {
-            "detection_id": f"bad-{seed}-{i:07d}",
-            "camera_id": rng.choice(DEFAULT_CAMERAS),
-            "ts": f"2026-12-01T02:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999):03d}Z",
-            "label": rng.choice(["person", "car", "dog"]),
-            "confidence": round(rng.uniform(0.1, 0.99), 3),
-            "bbox": [0.1, 0.2, 0.3, 0.6],
-            "track_id": f"trk-{i}",
-        }
-        field_name, line = _BAD_KINDS[kind](base, rng)
-        out.append(BadLine(kind, field_name, line))
-    return out
-
-
-def _dump(record: Any) -> bytes:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def _with(**changes: Any) -> Callable[[dict[str, Any], random.Random], bytes]:
-    def make(base: dict[str, Any], rng: random.Random) -> bytes:
-        record = dict(base)
-        for key, value in changes.items():
-            if value is _MISSING:
-                record.pop(key, None)
-            else:
-                record[key] = value
-        return _dump(record)
-
-    return make
-
-
-_MISSING = object()
-
-
-def _raw_field(field_name: str, literal: str) -> Callable[[dict[str, Any], random.Random], bytes]:
-    def make(base: dict[str, Any], rng: random.Random) -> bytes:
-        text = _dump(dict(base, **{field_name: "@@"})).decode()
-        return text.replace('"@@"', literal).encode()
-
-    return make
-
-
-def _f(field_name: str, maker: Callable[[dict[str, Any], random.Random], bytes]):
-    return lambda base, rng: (field_name, maker(base, rng))
-
-
-_BAD_KINDS: dict[str, Callable[[dict[str, Any], random.Random], tuple[str, bytes]]] = {
-    "truncated_json": lambda b, r: ("line", _dump(b)[: r.randint(5, 40)]),
-    "not_json": lambda b, r: ("line", b"camera=front_door label=person conf=0.9"),
-    "json_array": lambda b, r: ("line", _dump([b])),
-    "json_string": lambda b, r: ("line", b'"just a string"'),
-    "trailing_comma": lambda b, r: ("line", _dump(b)[:-1] + b",}"),
-    "duplicate_key": lambda b, r: ("confidence", _dump(b)[:-1] + b',"confidence":0.5}'),
-    "invalid_utf8": lambda b, r: (
-        "line",
-        _dump(b)
-        .replace(b'"person"', b'"pers\xff\xfeon"')
-        .replace(b'"car"', b'"c\xffar"')
-        .replace(b'"dog"', b'"d\xc3og"'),
-    ),
-    "control_char": lambda b, r: ("line", _dump(b).replace(b'"trk-', b'"tr\x01k-')),
-    "huge_line": lambda b, r: ("line", _dump(dict(b, enrichment={"florence": {"caption": "x" * (1 << 20)}}))),
-    "missing_detection_id": _f("detection_id", _with(detection_id=_MISSING)),
-    "missing_camera_id": _f("camera_id", _with(camera_id=_MISSING)),
-    "missing_ts": _f("ts", _with(ts=_MISSING)),
-    "missing_label": _f("label", _with(label=_MISSING)),
-    "missing_confidence": _f("confidence", _with(confidence=_MISSING)),
-    "null_label": _f("label", _with(label=None)),
-    "empty_detection_id": _f("detection_id", _with(detection_id="")),
-    "long_detection_id": _f("detection_id", _with(detection_id="x" * 129)),
-    "numeric_detection_id": _f("detection_id", _with(detection_id=12345)),
-    "camera_id_slash": _f("camera_id", _with(camera_id="front/door")),
-    "camera_id_space": _f("camera_id", _with(camera_id="front door")),
-    "camera_id_long": _f("camera_id", _with(camera_id="c" * 65)),
-    "ts_naive": _f("ts", _with(ts="2026-12-01T02:14:05.120")),
-    "ts_words": _f("ts", _with(ts="yesterday at noon")),
-    "ts_epoch_number": _f("ts", _with(ts=1796090045)),
-    "ts_feb_30": _f("ts", _with(ts="2026-02-30T02:14:05Z")),
-    "ts_bad_offset": _f("ts", _with(ts="2026-12-01T02:14:05+25:00")),
-    "ts_year_1900": _f("ts", _with(ts="1900-01-01T00:00:00Z")),
-    "label_long": _f("label", _with(label="l" * 65)),
-    "label_number": _f("label", _with(label=7)),
-    "confidence_string": _f("confidence", _with(confidence="0.9")),
-    "confidence_bool": _f("confidence", _with(confidence=True)),
-    "confidence_high": _f("confidence", _with(confidence=1.7)),
-    "confidence_negative": _f("confidence", _with(confidence=-0.1)),
-    "confidence_nan": _f("confidence", _raw_field("confidence", "NaN")),
-    "confidence_infinity": _f("confidence", _raw_field("confidence", "Infinity")),
-    "confidence_overflow": _f("confidence", _raw_field("confidence", "1e400")),
-    "bbox_reversed_x": _f("bbox", _with(bbox=[0.6, 0.2, 0.3, 0.6])),
-    "bbox_reversed_y": _f("bbox", _with(bbox=[0.1, 0.7, 0.3, 0.6])),
-    "bbox_three_values": _f("bbox", _with(bbox=[0.1, 0.2, 0.3])),
-    "bbox_out_of_range": _f("bbox", _with(bbox=[0.1, 0.2, 1.3, 0.6])),
-    "bbox_string": _f("bbox", _with(bbox="0.1,0.2,0.3,0.6")),
-    "track_id_number": _f("track_id", _with(track_id=17)),
-    "zone_empty": _f("zone", _with(zone="")),
-    "enrichment_list": _f("enrichment", _with(enrichment=["florence"])),
-    "clip_not_list": _f("enrichment.clip", _with(enrichment={"clip": {"label": "a dog", "score": 0.9}})),
-    "clip_score_high": _f(
-        "enrichment.clip[1].score",
-        _with(enrichment={"clip": [{"label": "a", "score": 0.5}, {"label": "b", "score": 1.5}]}),
-    ),
-    "lighting_unknown": _f("enrichment.scene.lighting", _with(enrichment={"scene": {"lighting": "noon"}})),
-    # Over a bound, optional enrichment is cut and the detection kept (contract section 6): not a bad line. Over the
-    # bound of an identifier it still is.
-    "track_id_long": _f("track_id", _with(track_id="t" * 129)),
-    "reid_known_string": _f(
-        "enrichment.reid.known", _with(enrichment={"reid": {"identity": "resident:alex", "known": "yes"}})
-    ),
-    "depth_negative": _f("enrichment.depth.distance_m", _with(enrichment={"depth": {"distance_m": -2}})),
-    "region_bbox_reversed": _f(
-        "enrichment.florence.regions[0].bbox",
-        _with(enrichment={"florence": {"regions": [{"label": "door", "bbox": [0.9, 0.1, 0.2, 0.5]}]}}),
-    ),
-    "zone_long": _f("zone", _with(zone="z" * 129)),
-}

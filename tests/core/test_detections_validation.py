@@ -19,7 +19,7 @@ from hsi_dagster.core.detections import (
     loads_enrichment,
     validate_record,
 )
-from hsi_dagster.synthetic.streams import _BAD_KINDS, bad_lines
+from hsi_dagster.synthetic.bad_lines import BAD_KINDS, bad_lines
 
 BASE = {
     "detection_id": "det-1",
@@ -128,9 +128,9 @@ def test_non_finite_confidence_is_refused_naming_the_field(literal: str) -> None
     assert rejected(text).field == "confidence"
 
 
-@pytest.mark.parametrize("kind", sorted(_BAD_KINDS))
+@pytest.mark.parametrize("kind", sorted(BAD_KINDS))
 def test_every_kind_of_generated_bad_line_is_refused_with_its_field(kind: str) -> None:
-    samples = [b for b in bad_lines(3, 3 * len(_BAD_KINDS)) if b.kind == kind]
+    samples = [b for b in bad_lines(3, 3 * len(BAD_KINDS)) if b.kind == kind]
     assert samples
     for sample in samples:
         assert rejected(sample.line).field == sample.field, sample.line[:200]

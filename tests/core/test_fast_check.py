@@ -13,7 +13,8 @@ import pytest
 
 from hsi_dagster.core.detections import Bounds, Detection, Rejection, validate_record
 from hsi_dagster.core.fast_check import fast_check
-from hsi_dagster.synthetic.streams import encode_record, simulate
+from hsi_dagster.synthetic.jsonl import encode_record
+from hsi_dagster.synthetic.streams import simulate
 
 START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
 BASE = {

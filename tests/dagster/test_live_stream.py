@@ -25,7 +25,7 @@ from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import DatabaseNotFound, connect
-from hsi_dagster.synthetic.streams import simulate_live
+from hsi_dagster.synthetic.live import simulate_live
 from tests.support.dagster_procs import start_logged, stop_group
 from tests.support.llm_fixtures import RunningLlama
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from hsi_dagster.storage.db import connect
-from hsi_dagster.synthetic.streams import DEFAULT_CAMERAS, simulate, write_jsonl
+from hsi_dagster.synthetic.jsonl import write_jsonl
+from hsi_dagster.synthetic.streams import DEFAULT_CAMERAS, simulate
 
 # The normal rate (synthetic/streams.py): `simulate`'s default 40 scenario events an hour over its 5 cameras,
 # ~33 detections an event (AVERAGE_DETECTIONS_PER_EVENT), i.e. 8 events = ~264 detections per camera and hour.

@@ -27,7 +27,7 @@ from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
 from hsi_dagster.storage.batches import pending_closed_batches, record_batch
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_files
-from hsi_dagster.synthetic.streams import bad_lines
+from hsi_dagster.synthetic.bad_lines import bad_lines
 from tests.reliability.stream_ledger import (
     cameras,
     ledger,

@@ -23,7 +23,9 @@ from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, already_ingested, ingest_files, ingest_lines
 from hsi_dagster.storage.line_reader import check_chunk
-from hsi_dagster.synthetic.streams import bad_lines, encode_record, simulate, write_jsonl
+from hsi_dagster.synthetic.bad_lines import bad_lines
+from hsi_dagster.synthetic.jsonl import encode_record, write_jsonl
+from hsi_dagster.synthetic.streams import simulate
 
 START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
 

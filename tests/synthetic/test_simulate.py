@@ -12,6 +12,9 @@ import pytest
 from hsi_dagster.core.detections import Detection, Rejection, validate_record
 from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.synthetic import streams as sim
+from hsi_dagster.synthetic.bad_lines import BAD_KINDS, bad_lines
+from hsi_dagster.synthetic.jsonl import write_jsonl
+from hsi_dagster.synthetic.live import simulate_live
 
 START = datetime(2026, 12, 1, 0, 0, tzinfo=UTC)
 
@@ -24,9 +27,9 @@ def two_days() -> list[tuple[str, dict]]:
 def test_same_seed_gives_byte_identical_files(tmp_path: Path) -> None:
     for name in ("a.jsonl", "a.jsonl.gz"):
         first, second, other = tmp_path / f"1-{name}", tmp_path / f"2-{name}", tmp_path / f"3-{name}"
-        sim.write_jsonl(first, sim.simulate(42, start=START, duration_s=1800))
-        sim.write_jsonl(second, sim.simulate(42, start=START, duration_s=1800))
-        sim.write_jsonl(other, sim.simulate(43, start=START, duration_s=1800))
+        write_jsonl(first, sim.simulate(42, start=START, duration_s=1800))
+        write_jsonl(second, sim.simulate(42, start=START, duration_s=1800))
+        write_jsonl(other, sim.simulate(43, start=START, duration_s=1800))
         assert first.read_bytes() == second.read_bytes()
         assert first.read_bytes() != other.read_bytes()
     assert not list(tmp_path.glob(".*.part"))
@@ -95,9 +98,9 @@ def test_every_generated_record_is_valid_and_takes_the_fast_path(
 
 
 def test_bad_lines_are_all_refused_naming_their_field() -> None:
-    items = sim.bad_lines(5, 200)
-    assert items == sim.bad_lines(5, 200)
-    assert {item.kind for item in items} == set(sim._BAD_KINDS)
+    items = bad_lines(5, 200)
+    assert items == bad_lines(5, 200)
+    assert {item.kind for item in items} == set(BAD_KINDS)
     for n, item in enumerate(items):
         result = validate_record(item.line, source="bad", line_no=n)
         assert isinstance(result, Rejection) and result.field == item.field, (item.kind, result)
@@ -111,7 +114,7 @@ def test_live_mode_writes_whole_files_into_the_inbox(tmp_path: Path) -> None:
         sleeps.append(seconds)
         clock[0] += seconds
 
-    files = sim.simulate_live(tmp_path / "inbox", rate_per_s=40, seconds=6, seed=8, clock=lambda: clock[0], sleep=sleep)
+    files = simulate_live(tmp_path / "inbox", rate_per_s=40, seconds=6, seed=8, clock=lambda: clock[0], sleep=sleep)
     assert files and all(f.parent == tmp_path / "inbox" and f.suffix == ".jsonl" for f in files)
     assert not list((tmp_path / "inbox").glob(".*"))  # no half-written temp file left behind
     assert sum(sleeps) == pytest.approx(6, abs=0.01)
@@ -134,7 +137,7 @@ def test_live_mode_with_an_activity_start_plays_the_same_stream_whenever_it_runs
         def sleep(seconds: float) -> None:
             clock[0] += seconds
 
-        files = sim.simulate_live(inbox, 0.5, 60, 7, activity_start=activity, clock=lambda: clock[0], sleep=sleep)
+        files = simulate_live(inbox, 0.5, 60, 7, activity_start=activity, clock=lambda: clock[0], sleep=sleep)
         return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
     morning, evening = play(1_800_000_000.0, tmp_path / "a"), play(1_800_030_000.0, tmp_path / "b")
@@ -150,4 +153,5 @@ def test_live_mode_with_an_activity_start_plays_the_same_stream_whenever_it_runs
 
 
 def test_the_event_rate_constant_matches_the_simulator() -> None:
-    assert sim._measure_average() == pytest.approx(sim.AVERAGE_DETECTIONS_PER_EVENT, rel=0.35)
+    day = list(sim.simulate(0, start=datetime(2026, 1, 5, tzinfo=UTC), duration_s=24 * 3600, events_per_hour=20))
+    assert len(day) / (24 * 20) == pytest.approx(sim.AVERAGE_DETECTIONS_PER_EVENT, rel=0.35)
