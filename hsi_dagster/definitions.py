@@ -6,7 +6,7 @@ one partition per batch window. `inbox_sensor` loads dropped files in its tick a
 
 Configuration takes one route: `load_settings()` reads the settings once when this module loads (the process
 environment over `hsi.env`, see hsi_dagster/settings.py), and `build_resources` hands the resources plain values;
-`dg.EnvVar` is used for the one secret only. Nothing here writes `os.environ`.
+`dg.EnvVar` is used for the secrets only (LLAMA_API_KEY, ALERT_WEBHOOK_URL). Nothing here writes `os.environ`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def enrichment_resource(settings: HsiSettings) -> EnrichmentResource:
 
 
 def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]:
-    """Every resource, configured once with plain values from `settings`; the API key as dg.EnvVar, only when set."""
+    """Every resource, configured once with plain values from `settings`; the secrets (API key, webhook URL) as
+    dg.EnvVar, only when set."""
     return {
         "duckdb": HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH),
         "llm": LlamaServerResource(
@@ -78,7 +79,8 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
         ),
         "enrichment": enrichment_resource(settings),
         "alert_webhook": AlertWebhookResource(
-            url=settings.ALERT_WEBHOOK_URL, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS
+            url=dg.EnvVar("ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
+            cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS,
         ),
         "frigate": FrigateResource(
             url=settings.FRIGATE_URL or "",
@@ -100,12 +102,16 @@ def configuration_warnings(settings: HsiSettings, environ: Mapping[str, str], di
             "load that file OVER the process environment, so there these values beat exported ones; keep settings "
             "in hsi.env (HSI_ENV_FILE), which the environment overrides"
         )
-    if settings.api_key and not environ.get("LLAMA_API_KEY"):
-        warnings.append(
-            "LLAMA_API_KEY is set in the settings file but not in this process's environment: Dagster resources take "
-            "secrets from the environment only (dg.EnvVar), so runs will fail to configure the llm resource; "
-            "export LLAMA_API_KEY where Dagster runs"
-        )
+    for name, value, resource in (
+        ("LLAMA_API_KEY", settings.api_key, "llm"),
+        ("ALERT_WEBHOOK_URL", settings.alert_webhook_url, "alert_webhook"),
+    ):
+        if value and not environ.get(name):
+            warnings.append(
+                f"{name} is set in the settings file but not in this process's environment: Dagster resources take "
+                f"secrets from the environment only (dg.EnvVar), so runs will fail to configure the {resource} "
+                f"resource; export {name} where Dagster runs"
+            )
     return warnings
 
 
@@ -142,6 +148,6 @@ defs = dg.Definitions(
 
 
 def warm_up() -> None:
-    """Called by a pre-started run worker (hsi_dagster/run_worker.py) before its run arrives: what every batch run
+    """Called by a pre-started run worker (hsi_dagster/instance/worker.py) before its run arrives: what every batch run
     would otherwise load in its first prompt step."""
     preload_tokenizer()

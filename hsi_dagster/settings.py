@@ -170,7 +170,8 @@ class HsiSettings(BaseSettings):
     FAST_PATH_CONFIDENCE: float = Field(0.90, ge=0, le=1)
 
     # --- alerts ---
-    ALERT_WEBHOOK_URL: str | None = None
+    # A secret: a webhook URL often carries its token (ntfy, Slack, Home Assistant). Shown and stored redacted only.
+    ALERT_WEBHOOK_URL: SecretStr | None = None
     ALERT_COOLDOWN_SECONDS: float = Field(600.0, ge=0)
 
     # --- Frigate input (contract section 5) ---
@@ -286,6 +287,10 @@ class HsiSettings(BaseSettings):
     @property
     def api_key(self) -> str | None:
         return self.LLAMA_API_KEY.get_secret_value() if self.LLAMA_API_KEY else None
+
+    @property
+    def alert_webhook_url(self) -> str | None:
+        return self.ALERT_WEBHOOK_URL.get_secret_value() if self.ALERT_WEBHOOK_URL else None
 
     @cached_property
     def model_file(self) -> Path:

@@ -164,7 +164,7 @@ def test_env_file_overrides_defaults(tmp_path: Path) -> None:
     assert settings.llm_urls == ["http://gpu-a:8091", "http://gpu-b:8091"]
     assert settings.ENRICHMENT_QUALITY_LEVEL == "minimal"
     assert settings.FAST_PATH_LABELS == ("person", "car")
-    assert settings.ALERT_WEBHOOK_URL == "http://127.0.0.1:9/hook"
+    assert settings.alert_webhook_url == "http://127.0.0.1:9/hook"  # a SecretStr: a webhook URL can carry a token
     assert settings.HSI_DUCKDB_PATH == "/tmp/x.duckdb"
     # untouched values keep their defaults
     assert settings.CACHE_TYPE_K == "f16"

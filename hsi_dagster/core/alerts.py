@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
+from urllib.parse import urlsplit
 
 ALERT_LEVELS = ("high", "critical")
 RISK = "risk"
@@ -87,3 +88,20 @@ def webhook_action(
     if last_attempt is not None and now - last_attempt < timedelta(seconds=cooldown_seconds):
         return "cooldown"
     return "post"
+
+
+def redacted_url(url: str) -> str:
+    """What may be shown or stored of a webhook URL: its scheme and host. Credentials, path and query are cut
+    (`https://ntfy.example/…`): a webhook URL often carries its token there (ntfy topics, Slack, Home Assistant)."""
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname, parts.port
+    except ValueError:  # e.g. 'http://[::1' or a port that is not a number
+        return "<unparseable URL>"
+    if not parts.scheme or not host:
+        return "<unparseable URL>"
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    hidden = parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password
+    return f"{parts.scheme}://{netloc}{'/…' if hidden else ''}"

@@ -1,6 +1,8 @@
 """Where alerts go: an `alerts` row each, and a webhook POST (off without a URL) with a per-camera cooldown.
 
 A webhook that fails never fails the caller (a sensor): the outcome is stored in `alerts.webhook_status`.
+The URL is a secret (ALERT_WEBHOOK_URL, passed as `dg.EnvVar`): it often carries a token, so statuses and logs name
+it by `core.alerts.redacted_url` only (scheme and host).
 """
 
 from __future__ import annotations
@@ -12,29 +14,33 @@ import duckdb
 import httpx
 from pydantic import Field
 
-from hsi_dagster.core.alerts import Alert, webhook_action
+from hsi_dagster.core.alerts import Alert, redacted_url, webhook_action
 from hsi_dagster.storage.alerts import alert_stored, last_webhook_attempt, save_alert
 
 
 class AlertWebhookResource(dg.ConfigurableResource):
     """ALERT_WEBHOOK_URL and ALERT_COOLDOWN_SECONDS: one post per camera per cooldown, the rest stored only."""
 
-    url: str | None = Field(default=None, description="Webhook that receives each alert as JSON; None turns it off.")
+    url: str | None = Field(
+        default=None,
+        description="Webhook that receives each alert as JSON; None = off. A secret: dg.EnvVar('ALERT_WEBHOOK_URL').",
+    )
     cooldown_seconds: float = Field(
         default=600.0, ge=0, description="After a post (sent or failed), the camera's next alerts are only stored."
     )
     timeout_seconds: float = Field(default=5.0, gt=0, description="Per post; a slow webhook must not stall a sensor.")
 
     def post(self, payload: dict) -> str:
-        """POST the alert; returns 'sent', or 'failed: <reason>' naming the endpoint. Never raises."""
+        """POST the alert; returns 'sent', or 'failed: <reason>' naming the endpoint by its redacted form (the
+        status is stored). Never raises."""
         if not self.url:
             return "disabled"
         try:
             response = httpx.post(self.url, json=payload, timeout=self.timeout_seconds)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is not an HTTPError (e.g. 'http://[::1')
-            return f"failed: {self.url}: {type(exc).__name__}"
+            return f"failed: {redacted_url(self.url)}: {type(exc).__name__}"  # the type only: messages hold the URL
         if response.status_code >= 300:
-            return f"failed: {self.url}: HTTP {response.status_code}"
+            return f"failed: {redacted_url(self.url)}: HTTP {response.status_code}"
         return "sent"
 
     def raise_alert(self, conn: duckdb.DuckDBPyConnection, alert: Alert, *, now: datetime | None = None) -> str | None:

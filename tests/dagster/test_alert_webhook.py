@@ -5,6 +5,7 @@ text, and the alert sensor."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -17,7 +18,7 @@ import dagster as dg
 import pytest
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.alerts import Alert
+from hsi_dagster.core.alerts import Alert, redacted_url
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource
 from hsi_dagster.sensors import high_risk_alert_sensor, unassessed_fast_path_sensor
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
@@ -216,7 +217,7 @@ def test_cooldown_is_per_camera(conn, webhook: Webhook) -> None:
 def test_webhook_http_500_is_recorded_not_raised(conn, webhook: Webhook) -> None:
     webhook.mode = "error"
     status = _hook(webhook.url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
-    assert status == f"failed: {webhook.url}: HTTP 500"
+    assert status == f"failed: {redacted_url(webhook.url)}: HTTP 500"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1  # it was tried
 
@@ -226,7 +227,7 @@ def test_webhook_connection_refused_is_recorded_not_raised(conn) -> None:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
     status = _hook(url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
-    assert status.startswith(f"failed: {url}: ")
+    assert status.startswith(f"failed: {redacted_url(url)}: ")
     assert "ConnectError" in status
     assert _alert_rows(conn)[0][7] == status
 
@@ -236,15 +237,22 @@ def test_webhook_timeout_is_recorded_not_raised(conn, webhook: Webhook) -> None:
     started = time.monotonic()
     status = _hook(webhook.url, timeout=0.5).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
     assert time.monotonic() - started < 3  # the resource's timeout, not the server, ended the post
-    assert status == f"failed: {webhook.url}: ReadTimeout"
+    assert status == f"failed: {redacted_url(webhook.url)}: ReadTimeout"
     assert _alert_rows(conn)[0][7] == status
     assert len(webhook.posts) == 1
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "not a url", "ftp://127.0.0.1/hook"])
-def test_malformed_webhook_url_is_recorded_not_raised(conn, url: str) -> None:
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://[::1", "<unparseable URL>"),
+        ("not a url", "<unparseable URL>"),
+        ("ftp://127.0.0.1/hook", "ftp://127.0.0.1/…"),
+    ],
+)
+def test_malformed_webhook_url_is_recorded_not_raised(conn, url: str, shown: str) -> None:
     status = _hook(url).raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW)
-    assert status.startswith(f"failed: {url}: ")
+    assert status.startswith(f"failed: {shown}: ")
     assert _alert_rows(conn)[0][7] == status
 
 
@@ -366,7 +374,9 @@ def test_alert_sensor_survives_a_failing_webhook(tmp_path: Path, webhook: Webhoo
     assert "1 alerts raised" in tick.skip_message
     assert len(webhook.posts) == 1
     with connect(db) as c:
-        assert c.execute("SELECT webhook_status FROM alerts").fetchall() == [(f"failed: {webhook.url}: HTTP 500",)]
+        assert c.execute("SELECT webhook_status FROM alerts").fetchall() == [
+            (f"failed: {redacted_url(webhook.url)}: HTTP 500",)
+        ]
 
 
 def test_failed_run_of_a_fast_path_batch_alerts_once(tmp_path: Path, webhook: Webhook) -> None:
@@ -396,3 +406,68 @@ def test_failed_run_of_a_fast_path_batch_alerts_once(tmp_path: Path, webhook: We
         assert c.execute("SELECT alert_id, kind, webhook_status FROM alerts").fetchall() == [
             ("fp-1:unassessed", "fast_path_unassessed", "sent")
         ]
+
+
+# ------------------------------------------------------------------------------------------------ the URL is a secret
+TOKEN = "tk-0f9e8d7c6b5a"
+
+
+def test_redacted_url_keeps_scheme_and_host_only() -> None:
+    assert redacted_url(f"https://user:{TOKEN}@ntfy.example:8443/alerts/{TOKEN}?auth={TOKEN}") == (
+        "https://ntfy.example:8443/…"
+    )
+    assert redacted_url("http://[::1]:9/hook") == "http://[::1]:9/…"
+    assert redacted_url("http://hooks.example") == "http://hooks.example"
+    assert redacted_url("http://hooks.example:notaport/x") == "<unparseable URL>"
+
+
+def test_a_token_in_the_webhook_url_reaches_the_webhook_but_never_the_alerts_table(conn, webhook: Webhook) -> None:
+    """The URL carries its token in the path and the query: the POST goes to the full URL, and neither a sent nor a
+    failed status (nor any other column) stores the token."""
+    url = f"{webhook.url}/{TOKEN}?token={TOKEN}"
+    hook = _hook(url)
+    assert hook.raise_alert(conn, _risk_alert(conn, "b1", "front_door"), now=NOW) == "sent"
+    webhook.mode = "error"
+    failed = hook.raise_alert(conn, _risk_alert(conn, "b2", "garden"), now=NOW)
+    assert failed == f"failed: {redacted_url(webhook.url)}: HTTP 500"
+    assert [post["path"] for post in webhook.posts] == [f"/hook/{TOKEN}?token={TOKEN}"] * 2
+    stored = conn.execute("SELECT * FROM alerts").fetchall()
+    assert len(stored) == 2 and TOKEN not in repr(stored)
+
+
+def test_the_webhook_url_is_a_secret_setting_handed_to_dagster_as_an_env_var(
+    tmp_path: Path, webhook: Webhook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ALERT_WEBHOOK_URL is a SecretStr: not in the settings' repr nor in the pipeline settings resource; the
+    alert_webhook resource holds dg.EnvVar("ALERT_WEBHOOK_URL") (what the UI shows), resolved only when a sensor
+    runs; a value in the settings file but not in the environment is warned about; unset = no EnvVar at all."""
+    from hsi_dagster.definitions import build_resources, configuration_warnings
+    from hsi_dagster.settings import load_settings
+
+    url = f"{webhook.url}/{TOKEN}"
+    env_file = tmp_path / "hsi.env"
+    env_file.write_text(f"ALERT_WEBHOOK_URL={url}\nHSI_DUCKDB_PATH={tmp_path / 'alerts.duckdb'}\n")
+    monkeypatch.delenv("ALERT_WEBHOOK_URL", raising=False)
+    settings = load_settings(env_file)
+    assert settings.alert_webhook_url == url and TOKEN not in repr(settings)
+    built = build_resources(settings)
+    hook = built["alert_webhook"]
+    assert isinstance(hook.url, dg.EnvVar) and hook.url == "ALERT_WEBHOOK_URL"
+    assert TOKEN not in repr(hook) and TOKEN not in repr(built["pipeline_settings"])
+    assert "ALERT_WEBHOOK_URL" not in settings.plain_values()
+    (warning,) = configuration_warnings(settings, {}, str(tmp_path))
+    assert "ALERT_WEBHOOK_URL is set in the settings file" in warning and TOKEN not in warning
+    assert configuration_warnings(settings, {"ALERT_WEBHOOK_URL": url}, str(tmp_path)) == []
+    assert build_resources(load_settings(os.devnull))["alert_webhook"].url is None
+
+    monkeypatch.setenv("ALERT_WEBHOOK_URL", url)
+    with connect(settings.HSI_DUCKDB_PATH) as c:
+        _add_batch(c, "b-high", "porch")
+        _add_assessment(c, "b-high", "porch", "high", 70)
+    res = resources(settings.HSI_DUCKDB_PATH)
+    res["alert_webhook"] = hook
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(dg.AssetMaterialization("risk_assessments", partition="b-high"))
+        tick = sensor_tick(high_risk_alert_sensor, instance, res, None)
+    assert "1 alerts raised" in tick.skip_message
+    assert [post["path"] for post in webhook.posts] == [f"/hook/{TOKEN}"]
