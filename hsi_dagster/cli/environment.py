@@ -3,9 +3,9 @@
 `hsi process` and `hsi demo` run batches in worker processes that load `hsi_dagster.definitions`, which reads the
 settings as every Dagster process does: the environment over `hsi.env`. A value the command decides itself
 (`--db FILE`, the demo's database and camera profiles, the URL of the server it started, DAGSTER_HOME) goes into
-the environment, the top of that precedence, so that the workers see it. LLAMA_API_KEY from `hsi.env` goes there
-too: Dagster resources take the secret from the environment only (`dg.EnvVar`). Package code outside `cli/` never
-writes the environment.
+the environment, the top of that precedence, so that the workers see it. LLAMA_API_KEY and ALERT_WEBHOOK_URL from
+`hsi.env` go there too: Dagster resources take secrets from the environment only (`dg.EnvVar`). Package code
+outside `cli/` never writes the environment.
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ def export(**values: str | None) -> None:
 
 
 def settings_with(**values: str | None) -> HsiSettings:
-    """`export(**values)`, then the settings, with the API key exported for the workers' dg.EnvVar."""
+    """`export(**values)`, then the settings, with the secrets (API key, webhook URL) exported for the workers'
+    dg.EnvVar."""
     export(**values)
     settings = load_settings()
     if settings.api_key and not os.environ.get("LLAMA_API_KEY"):
         export(LLAMA_API_KEY=settings.api_key)
+    if settings.alert_webhook_url and not os.environ.get("ALERT_WEBHOOK_URL"):
+        export(ALERT_WEBHOOK_URL=settings.alert_webhook_url)
     return settings

@@ -471,3 +471,19 @@ def test_the_webhook_url_is_a_secret_setting_handed_to_dagster_as_an_env_var(
         tick = sensor_tick(high_risk_alert_sensor, instance, res, None)
     assert "1 alerts raised" in tick.skip_message
     assert [post["path"] for post in webhook.posts] == [f"/hook/{TOKEN}"]
+
+
+def test_hsi_commands_export_the_webhook_url_from_the_settings_file_for_their_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hsi process` / `hsi demo` workers resolve dg.EnvVar("ALERT_WEBHOOK_URL"): a URL kept in hsi.env only is
+    exported by the command (cli/environment.py), as LLAMA_API_KEY is, so alerts keep posting."""
+    from hsi_dagster.cli.environment import settings_with
+
+    env_file = tmp_path / "hsi.env"
+    env_file.write_text(f"ALERT_WEBHOOK_URL=http://127.0.0.1:9/hook/{TOKEN}\n")
+    monkeypatch.setenv("HSI_ENV_FILE", str(env_file))
+    monkeypatch.setenv("ALERT_WEBHOOK_URL", "")  # recorded, so the export below is undone after the test
+    monkeypatch.delenv("ALERT_WEBHOOK_URL")
+    settings_with()
+    assert os.environ["ALERT_WEBHOOK_URL"] == f"http://127.0.0.1:9/hook/{TOKEN}"
