@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hsi_dagster.core.frigate import FrigateConfigError, Resolution, detect_resolutions
+from hsi_dagster.core.frigate.config import FrigateConfigError, detect_resolutions
+from hsi_dagster.core.frigate.fields import Resolution
 from hsi_dagster.settings import HsiSettings
 
 STATUS_EVERY_SECONDS = 2.0

@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from hsi_dagster.core.frigate import ApiCursor, plan_api_pull
+from hsi_dagster.core.frigate.api_cursor import ApiCursor, plan_api_pull
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.storage.frigate import load_live_messages
@@ -33,7 +33,7 @@ def frigate_events_sensor(
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.SkipReason:
     """Frigate's /api/events after the cursor -> detections (contract section 5), each event once, after it ended
-    (core.frigate.plan_api_pull); a failed write leaves the cursor where it was, so the next tick retries."""
+    (core.frigate.api_cursor.plan_api_pull); a failed write leaves the cursor where it was, so the next tick retries."""
     if not frigate.url.strip():
         return dg.SkipReason("FRIGATE_URL is not set")
     cursor = ApiCursor.from_json(context.cursor)

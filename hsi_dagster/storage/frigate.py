@@ -1,6 +1,6 @@
 """Frigate input into DuckDB: recorded or live payloads -> contract detections through the ingest path.
 
-`load_frigate_messages` maps each payload with `core.frigate` (the state policy, bbox normalisation, identities,
+`load_frigate_messages` maps each payload with `core.frigate.mapping` (the state policy, bbox normalisation, identities,
 captions), validates the records with the contract's validator and loads them with `ingest_numbered_lines`: the
 same quarantine (the original payload, its line number, a reason naming the Frigate field) and the same
 idempotency by detection_id. Payloads that are no detection (false positives, unchanged updates, reviews) are
@@ -24,13 +24,13 @@ from typing import Any
 import duckdb
 
 from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
-from hsi_dagster.core.frigate import (
+from hsi_dagster.core.frigate.fields import Resolution
+from hsi_dagster.core.frigate.mapping import (
     SKIP_FALSE_POSITIVE,
     SKIP_NOT_A_DETECTION,
     SKIP_UNCHANGED,
     Invalid,
     Outcome,
-    Resolution,
     Skip,
     Track,
     map_api_event,

@@ -1,6 +1,6 @@
 """Frigate's own `config.yml` (or `config.json`) read from disk for the cameras' detect resolutions.
 
-The structure is interpreted by `core.frigate.detect_resolutions`; this module only reads and parses the file.
+The structure is interpreted by `core.frigate.config.detect_resolutions`; this module only reads and parses the file.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from hsi_dagster.core.frigate import DetectResolutions, FrigateConfigError, detect_resolutions
+from hsi_dagster.core.frigate.config import DetectResolutions, FrigateConfigError, detect_resolutions
 
 
 def load_detect_resolutions(path: str | os.PathLike[str]) -> DetectResolutions:

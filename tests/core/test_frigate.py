@@ -1,4 +1,4 @@
-"""core/frigate.py: Frigate payloads -> contract records, the state policy, identities, captions, the API cursor."""
+"""core/frigate/: Frigate payloads -> contract records, the state policy, identities, captions, the API cursor."""
 
 from __future__ import annotations
 
@@ -8,22 +8,20 @@ from typing import Any
 import pytest
 
 from hsi_dagster.core.detections import MAX_TEXT_CHARS, Detection, Rejection
-from hsi_dagster.core.frigate import (
+from hsi_dagster.core.frigate.api_cursor import ApiCursor, plan_api_pull
+from hsi_dagster.core.frigate.config import FrigateConfigError, detect_resolutions
+from hsi_dagster.core.frigate.mapping import (
     SKIP_FALSE_POSITIVE,
     SKIP_NOT_A_DETECTION,
     SKIP_UNCHANGED,
-    ApiCursor,
     Emit,
-    FrigateConfigError,
     Invalid,
     Skip,
     Track,
-    detect_resolutions,
     map_api_event,
     map_description,
     map_event,
     payload_kind,
-    plan_api_pull,
     split_topic,
     to_detection,
     track_from_event,

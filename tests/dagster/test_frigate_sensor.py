@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from hsi_dagster.core.frigate import ApiCursor
+from hsi_dagster.core.frigate.api_cursor import ApiCursor
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateApiError, FrigateResource
 from hsi_dagster.sensors import frigate_events_sensor

@@ -38,25 +38,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from hsi_dagster.core.detections import (
-    DEFAULT_BOUNDS,
-    MAX_TAG_CHARS,
-    MAX_TEXT_CHARS,
-    TS_MAX,
-    TS_MIN,
-    Bounds,
-    Detection,
-    Rejection,
-    format_ts,
-    truncate_raw,
-    validate_record,
+from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Detection, Rejection, truncate_raw, validate_record
+from hsi_dagster.core.frigate.fields import (
+    PayloadError,
+    Resolution,
+    cut_text,
+    epoch_to_ts,
+    read_bool,
+    read_epoch,
+    read_named_score,
+    read_number,
+    read_object,
+    read_optional_unit,
+    read_pixel_box,
+    read_relative_box,
+    read_text,
+    read_unit,
+    read_zones,
+    show_value,
+    zone_text,
 )
 
 EVENT_TYPES = ("new", "update", "end")
@@ -85,10 +90,7 @@ DELIVERY_LOGOS = frozenset(
     }
 )
 VEHICLE_LABELS = frozenset({"car", "motorcycle", "truck", "bus", "bicycle", "boat", "license_plate"})
-_PRINTABLE = re.compile(r"[^\x00-\x1F\x7F]+")
 _TOPIC_LINE = re.compile(r"^([^\s{\[]+)\s+(\{.*)$", re.DOTALL)
-
-Resolution = tuple[int, int]
 
 
 # ------------------------------------------------------------------------------------------------ outcomes
@@ -128,130 +130,6 @@ class Track:
     label: str
     confidence: float
     last_seen: float  # epoch seconds: end_time once ended, else the latest frame_time
-
-
-class _Bad(Exception):
-    """Internal: the first problem found, as 'field: what is wrong'."""
-
-
-# ------------------------------------------------------------------------------------------------ field readers
-def _show(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=repr)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _object(value: Any, name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Bad(f"{name}: must be an object, got {_show(value)}")
-    return value
-
-
-def _text(value: Any, name: str, limit: int = MAX_TAG_CHARS) -> str:
-    if not isinstance(value, str) or not value:
-        raise _Bad(f"{name}: must be a non-empty string, got {_show(value)}")
-    if len(value) > limit or not _PRINTABLE.fullmatch(value):
-        raise _Bad(f"{name}: must be 1-{limit} characters without control characters, got {_show(value)}")
-    return value
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
-        raise _Bad(f"{name}: must be a finite number, got {_show(value)}")
-    return float(value)
-
-
-def _unit(value: Any, name: str) -> float:
-    number = _number(value, name)
-    if not 0.0 <= number <= 1.0:
-        raise _Bad(f"{name}: must be a number between 0 and 1, got {_show(value)}")
-    return number
-
-
-def _epoch(value: Any, name: str) -> float:
-    seconds = _number(value, name)
-    if not TS_MIN.timestamp() <= seconds < TS_MAX.timestamp():
-        raise _Bad(f"{name}: must be epoch seconds from {TS_MIN:%Y-%m-%d} to before {TS_MAX:%Y-%m-%d}, got {value!r}")
-    return seconds
-
-
-def epoch_to_ts(seconds: float) -> str:
-    """Frigate's epoch seconds -> the contract's RFC 3339 UTC text (microseconds)."""
-    return format_ts(datetime.fromtimestamp(seconds, UTC))
-
-
-def _zones(value: Any, name: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(z, str) and z for z in value):
-        raise _Bad(f"{name}: must be a list of zone names, got {_show(value)}")
-    return list(value)
-
-
-def zone_text(zones: Sequence[str]) -> str | None:
-    """The contract's one `zone`: the current zones in Frigate's order, comma-joined, whole zones within the bound."""
-    kept: list[str] = []
-    for zone in zones:
-        if len(",".join([*kept, zone])) > MAX_TAG_CHARS:
-            break
-        kept.append(zone)
-    return ",".join(kept) or None
-
-
-def _named_score(value: Any, name: str) -> tuple[str, float | None] | None:
-    """`[name, score]` (MQTT), `"name"` (API, some docs) or null -> (name, score) or None."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (_text(value, name), None) if value else None
-    if isinstance(value, list) and len(value) == 2:
-        label, score = value
-        if label is None:
-            return None  # Frigate clears a sub_label by setting (None, None)
-        return _text(label, f"{name}[0]"), None if score is None else _unit(score, f"{name}[1]")
-    raise _Bad(f"{name}: must be null, a string or [name, score], got {_show(value)}")
-
-
-def _optional_unit(value: Any, name: str) -> float | None:
-    return None if value is None else _unit(value, name)
-
-
-def _bool(value: Any, name: str, default: bool = False) -> bool:
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _Bad(f"{name}: must be true or false, got {_show(value)}")
-    return value
-
-
-def _pixel_box(value: Any, name: str, resolution: Resolution, camera: str) -> list[float]:
-    if not isinstance(value, list) or len(value) != 4:
-        raise _Bad(f"{name}: must be [x1, y1, x2, y2] in pixels, got {_show(value)}")
-    x1, y1, x2, y2 = (_number(v, name) for v in value)
-    width, height = resolution
-    if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
-        raise _Bad(
-            f"{name}: {_show(value)} is not a box inside camera {camera}'s detect resolution {width}x{height} "
-            f"(cameras.{camera}.detect.width/height in the Frigate config)"
-        )
-    return [round(x1 / width, 6), round(y1 / height, 6), round(x2 / width, 6), round(y2 / height, 6)]
-
-
-def _relative_box(value: Any, name: str) -> list[float] | None:
-    """`data.box` [x, y, w, h] relative -> [x1, y1, x2, y2]; rounding past 1 by a hair is clamped."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) != 4:
-        raise _Bad(f"{name}: must be [x, y, w, h] relative to the frame, got {_show(value)}")
-    x, y, w, h = (_number(v, name) for v in value)
-    x2, y2 = x + w, y + h
-    if not (min(x, y) >= 0 and w > 0 and h > 0 and x2 <= 1 + 1e-6 and y2 <= 1 + 1e-6):
-        raise _Bad(f"{name}: {_show(value)} is not a box [x, y, w, h] inside the frame (0..1)")
-    return [round(x, 6), round(y, 6), round(min(x2, 1.0), 6), round(min(y2, 1.0), 6)]
-
-
-def cut_text(text: str, limit: int = MAX_TEXT_CHARS) -> tuple[str, int | None]:
-    """The text within the contract's bound, and its original length when it was cut (None if not)."""
-    return (text, None) if len(text) <= limit else (text[:limit], len(text))
 
 
 # ------------------------------------------------------------------------------------------------ enrichment
@@ -322,16 +200,16 @@ def payload_kind(payload: Any, topic: str | None = None) -> str:
 # ------------------------------------------------------------------------------------------------ events (MQTT)
 def _sub_label_name(state: Mapping[str, Any]) -> str | None:
     try:
-        parsed = _named_score(state.get("sub_label"), "sub_label")
-    except _Bad:
+        parsed = read_named_score(state.get("sub_label"), "sub_label")
+    except PayloadError:
         return None
     return parsed[0] if parsed else None
 
 
 def _plate_text(state: Mapping[str, Any]) -> str | None:
     try:
-        parsed = _named_score(state.get("recognized_license_plate"), "recognized_license_plate")
-    except _Bad:
+        parsed = read_named_score(state.get("recognized_license_plate"), "recognized_license_plate")
+    except PayloadError:
         return None
     return parsed[0] if parsed else None
 
@@ -340,8 +218,8 @@ def _box_centre_and_size(value: Any) -> tuple[float, float, float, float] | None
     if not isinstance(value, list) or len(value) != 4:
         return None
     try:
-        x1, y1, x2, y2 = (_number(v, "box") for v in value)
-    except _Bad:
+        x1, y1, x2, y2 = (read_number(v, "box") for v in value)
+    except PayloadError:
         return None
     return (x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1
 
@@ -380,40 +258,40 @@ def map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     """One `<prefix>/events` payload -> Emit (a detection), Skip (false positive, unchanged) or Invalid."""
     try:
         return _map_event(payload, resolutions)
-    except _Bad as exc:
+    except PayloadError as exc:
         return Invalid(str(exc))
 
 
 def _map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
-    message = _object(payload, "payload")
+    message = read_object(payload, "payload")
     kind = message.get("type")
     if kind not in EVENT_TYPES:
-        raise _Bad(f"type: must be one of {', '.join(EVENT_TYPES)}, got {_show(kind)}")
-    after = _object(message.get("after"), "after")
+        raise PayloadError(f"type: must be one of {', '.join(EVENT_TYPES)}, got {show_value(kind)}")
+    after = read_object(message.get("after"), "after")
     if after.get("false_positive") is True:
         return Skip(SKIP_FALSE_POSITIVE)
     changes = event_changes(kind, message.get("before"), after)
-    object_id = _text(after.get("id"), "after.id", MAX_FRIGATE_ID_CHARS)
-    camera = _text(after.get("camera"), "after.camera")
-    label = _text(after.get("label"), "after.label")
-    frame_time = _epoch(after.get("frame_time"), "after.frame_time")
-    score = _optional_unit(after.get("score"), "after.score")
-    top_score = _optional_unit(after.get("top_score"), "after.top_score")
+    object_id = read_text(after.get("id"), "after.id", MAX_FRIGATE_ID_CHARS)
+    camera = read_text(after.get("camera"), "after.camera")
+    label = read_text(after.get("label"), "after.label")
+    frame_time = read_epoch(after.get("frame_time"), "after.frame_time")
+    score = read_optional_unit(after.get("score"), "after.score")
+    top_score = read_optional_unit(after.get("top_score"), "after.top_score")
     confidence = score if score is not None else top_score
     if confidence is None:
-        raise _Bad("after.score: required (the detector's score), got neither score nor top_score")
-    zones = _zones(after.get("current_zones"), "after.current_zones")
-    entered = _zones(after.get("entered_zones"), "after.entered_zones")
-    stationary = _bool(after.get("stationary"), "after.stationary")
-    sub_label = _named_score(after.get("sub_label"), "after.sub_label")
-    plate = _named_score(after.get("recognized_license_plate"), "after.recognized_license_plate")
+        raise PayloadError("after.score: required (the detector's score), got neither score nor top_score")
+    zones = read_zones(after.get("current_zones"), "after.current_zones")
+    entered = read_zones(after.get("entered_zones"), "after.entered_zones")
+    stationary = read_bool(after.get("stationary"), "after.stationary")
+    sub_label = read_named_score(after.get("sub_label"), "after.sub_label")
+    plate = read_named_score(after.get("recognized_license_plate"), "after.recognized_license_plate")
     resolution = resolutions.get(camera)
     if resolution is None:
-        raise _Bad(
+        raise PayloadError(
             f"after.camera: no detect resolution known for camera {camera!r} (cameras.{camera}.detect.width/height "
             "in the Frigate config)"
         )
-    bbox = _pixel_box(after.get("box"), "after.box", resolution, camera)
+    bbox = read_pixel_box(after.get("box"), "after.box", resolution, camera)
     if not changes:
         return Skip(SKIP_UNCHANGED)
     enrichment = identity_enrichment(label, sub_label, plate)
@@ -456,14 +334,14 @@ def track_from_event(payload: Any) -> Track | None:
         return None
     after = payload["after"]
     try:
-        object_id = _text(after.get("id"), "after.id", MAX_FRIGATE_ID_CHARS)
-        camera = _text(after.get("camera"), "after.camera")
-        label = _text(after.get("label"), "after.label")
-        frame_time = _epoch(after.get("frame_time"), "after.frame_time")
-        end_time = None if after.get("end_time") is None else _epoch(after.get("end_time"), "after.end_time")
-        top = _optional_unit(after.get("top_score"), "after.top_score")
-        score = _optional_unit(after.get("score"), "after.score")
-    except _Bad:
+        object_id = read_text(after.get("id"), "after.id", MAX_FRIGATE_ID_CHARS)
+        camera = read_text(after.get("camera"), "after.camera")
+        label = read_text(after.get("label"), "after.label")
+        frame_time = read_epoch(after.get("frame_time"), "after.frame_time")
+        end_time = None if after.get("end_time") is None else read_epoch(after.get("end_time"), "after.end_time")
+        top = read_optional_unit(after.get("top_score"), "after.top_score")
+        score = read_optional_unit(after.get("score"), "after.score")
+    except PayloadError:
         return None
     confidence = top if top is not None else score
     if confidence is None:
@@ -475,21 +353,21 @@ def track_from_event(payload: Any) -> Track | None:
 def map_description(payload: Any, track: Track | None) -> Outcome:
     """A `tracked_object_update` of type `description` -> a detection of its track carrying the text as a caption."""
     try:
-        message = _object(payload, "payload")
+        message = read_object(payload, "payload")
         if message.get("type") != "description":
             return Skip(SKIP_NOT_A_DETECTION)
-        object_id = _text(message.get("id"), "id", MAX_FRIGATE_ID_CHARS)
+        object_id = read_text(message.get("id"), "id", MAX_FRIGATE_ID_CHARS)
         description = message.get("description")
         if not isinstance(description, str) or not description.strip():
-            raise _Bad(f"description: must be a non-empty string, got {_show(description)}")
+            raise PayloadError(f"description: must be a non-empty string, got {show_value(description)}")
         if track is None:
-            raise _Bad(
+            raise PayloadError(
                 f"id: no events payload seen for tracked object {object_id!r}, so its camera, label and time are "
                 "unknown (import or listen to its events first)"
             )
         camera = message.get("camera")
-        camera = track.camera_id if camera is None else _text(camera, "camera")
-    except _Bad as exc:
+        camera = track.camera_id if camera is None else read_text(camera, "camera")
+    except PayloadError as exc:
         return Invalid(str(exc))
     digest = hashlib.sha256(description.encode("utf-8", errors="replace")).hexdigest()[:16]
     enrichment: dict[str, Any] = {}
@@ -513,23 +391,23 @@ def map_api_event(item: Any) -> Outcome:
     """One `/api/events` item -> one detection at its start, or Skip (false positive) or Invalid."""
     try:
         return _map_api_event(item)
-    except _Bad as exc:
+    except PayloadError as exc:
         return Invalid(str(exc))
 
 
 def _map_api_event(item: Any) -> Outcome:
-    event = _object(item, "item")
+    event = read_object(item, "item")
     if event.get("false_positive") is True:
         return Skip(SKIP_FALSE_POSITIVE)
-    object_id = _text(event.get("id"), "id", MAX_FRIGATE_ID_CHARS)
-    camera = _text(event.get("camera"), "camera")
-    label = _text(event.get("label"), "label")
-    start = _epoch(event.get("start_time"), "start_time")
-    end = None if event.get("end_time") is None else _epoch(event.get("end_time"), "end_time")
-    data = {} if event.get("data") is None else _object(event.get("data"), "data")
+    object_id = read_text(event.get("id"), "id", MAX_FRIGATE_ID_CHARS)
+    camera = read_text(event.get("camera"), "camera")
+    label = read_text(event.get("label"), "label")
+    start = read_epoch(event.get("start_time"), "start_time")
+    end = None if event.get("end_time") is None else read_epoch(event.get("end_time"), "end_time")
+    data = {} if event.get("data") is None else read_object(event.get("data"), "data")
     confidence = next(
         (
-            _unit(value, name)
+            read_unit(value, name)
             for name, value in (
                 ("data.top_score", data.get("top_score")),
                 ("top_score", event.get("top_score")),
@@ -540,23 +418,23 @@ def _map_api_event(item: Any) -> Outcome:
         None,
     )
     if confidence is None:
-        raise _Bad("data.top_score: required (the track's score), got neither data.top_score nor top_score")
-    bbox = _relative_box(data.get("box"), "data.box")
-    zones = _zones(event.get("zones"), "zones")
-    sub_label = _named_score(event.get("sub_label"), "sub_label")
+        raise PayloadError("data.top_score: required (the track's score), got neither data.top_score nor top_score")
+    bbox = read_relative_box(data.get("box"), "data.box")
+    zones = read_zones(event.get("zones"), "zones")
+    sub_label = read_named_score(event.get("sub_label"), "sub_label")
     if sub_label is not None and sub_label[1] is None:
-        sub_label = (sub_label[0], _optional_unit(data.get("sub_label_score"), "data.sub_label_score"))
-    plate = _named_score(data.get("recognized_license_plate"), "data.recognized_license_plate")
+        sub_label = (sub_label[0], read_optional_unit(data.get("sub_label_score"), "data.sub_label_score"))
+    plate = read_named_score(data.get("recognized_license_plate"), "data.recognized_license_plate")
     if plate is not None and plate[1] is None:
         plate = (
             plate[0],
-            _optional_unit(data.get("recognized_license_plate_score"), "data.recognized_license_plate_score"),
+            read_optional_unit(data.get("recognized_license_plate_score"), "data.recognized_license_plate_score"),
         )
     enrichment = identity_enrichment(label, sub_label, plate)
     description = data.get("description")
     if description is not None:
         if not isinstance(description, str):
-            raise _Bad(f"data.description: must be a string, got {_show(description)}")
+            raise PayloadError(f"data.description: must be a string, got {show_value(description)}")
         if description.strip():
             _caption(enrichment, description)
     frigate = enrichment.setdefault("frigate", {})
@@ -604,134 +482,3 @@ def to_detection(
     origin = emit.sources.get(contract_field)
     reason = f"{origin} -> {result.reason}" if origin else result.reason
     return Rejection(source, line_no, truncate_raw(raw, bounds.raw_chars), reason)
-
-
-# ------------------------------------------------------------------------------------------------ API cursor
-@dataclass(frozen=True)
-class ApiCursor:
-    """Where the `/api/events` pull stands: every event with start_time <= `after` is done, and `seen` lists the
-    ids after it already ingested (events behind one still in progress)."""
-
-    after: float = 0.0
-    seen: frozenset[str] = frozenset()
-
-    def to_json(self) -> str:
-        return json.dumps({"after": self.after, "seen": sorted(self.seen)})
-
-    @classmethod
-    def from_json(cls, text: str | None) -> ApiCursor:
-        if not text:
-            return cls()
-        data = json.loads(text)
-        return cls(float(data.get("after", 0.0)), frozenset(data.get("seen", ())))
-
-
-@dataclass(frozen=True)
-class ApiPlan:
-    ready: list[dict[str, Any]]
-    cursor: ApiCursor
-    waiting: int  # events still in progress or ended too recently (held for their final sub_label/description)
-
-
-def _start(item: Any) -> float | None:
-    try:
-        return _number(item.get("start_time"), "start_time") if isinstance(item, dict) else None
-    except _Bad:
-        return None
-
-
-def plan_api_pull(
-    items: Sequence[Any], cursor: ApiCursor, *, now: float, settle_seconds: float, max_hold_seconds: float
-) -> ApiPlan:
-    """Which fetched events to ingest now and the next cursor (pure; `now` in epoch seconds).
-
-    An event is ready once it ended `settle_seconds` ago (Frigate adds the sub_label and GenAI description around
-    the end), or, whatever its state, once it started more than `max_hold_seconds` ago (a car parked all night
-    must not hold back the pull). Items that are not events (no start_time) are ready at once: the mapping
-    quarantines them. The cursor moves up to the last start_time before the first event still waiting.
-    """
-
-    def ready(item: Any) -> bool:
-        start = _start(item)
-        if start is None:
-            return True
-        if now - start > max_hold_seconds:
-            return True
-        end = item.get("end_time")
-        return isinstance(end, (int, float)) and not isinstance(end, bool) and now - float(end) >= settle_seconds
-
-    ordered = sorted(
-        items, key=lambda item: (_start(item) or 0.0, str(item.get("id")) if isinstance(item, dict) else "")
-    )
-    hold_at: float | None = None
-    to_ingest: list[dict[str, Any]] = []
-    waiting = 0
-    for item in ordered:
-        identifier = str(item.get("id")) if isinstance(item, dict) else ""
-        if not ready(item):
-            waiting += 1
-            start = _start(item)
-            hold_at = start if hold_at is None else min(hold_at, start or hold_at)
-            continue
-        if identifier and identifier in cursor.seen:
-            continue
-        to_ingest.append(item)
-    starts = [s for s in (_start(item) for item in ordered) if s is not None]
-    if hold_at is None:
-        after = max([cursor.after, *starts])
-    else:
-        before_hold = [s for s in starts if s < hold_at]
-        after = max([cursor.after, *before_hold])
-    seen = frozenset(
-        str(item.get("id"))
-        for item in ordered
-        if isinstance(item, dict) and item.get("id") is not None and (_start(item) or 0.0) > after and ready(item)
-    )
-    return ApiPlan(to_ingest, ApiCursor(after, seen), waiting)
-
-
-# ------------------------------------------------------------------------------------------------ Frigate config
-class FrigateConfigError(ValueError):
-    """Frigate's configuration cannot give detect resolutions; the message names the file or key."""
-
-
-@dataclass(frozen=True)
-class DetectResolutions:
-    """`cameras.<name>.detect.width/height` (falling back to the top-level `detect`), per camera; `unknown` lists
-    cameras whose resolution Frigate takes from the stream at run time (its `/api/config` has them)."""
-
-    by_camera: dict[str, Resolution]
-    unknown: tuple[str, ...] = ()
-
-
-def _dimension(value: Any, where: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise FrigateConfigError(f"{where}: must be a whole number of pixels > 0, got {_show(value)}")
-    return value
-
-
-def detect_resolutions(config: Any, origin: str = "Frigate config") -> DetectResolutions:
-    """Detect resolutions from a parsed Frigate `config.yml` or an `/api/config` answer (same structure)."""
-    if not isinstance(config, dict):
-        raise FrigateConfigError(f"{origin}: must be a mapping with a `cameras` section, got {_show(config)}")
-    cameras = config.get("cameras")
-    if not isinstance(cameras, dict) or not cameras:
-        raise FrigateConfigError(f"{origin}: no `cameras` section (cameras.<name>.detect.width/height)")
-    top: dict[str, Any] = config["detect"] if isinstance(config.get("detect"), dict) else {}
-    default_w = _dimension(top.get("width"), f"{origin}: detect.width")
-    default_h = _dimension(top.get("height"), f"{origin}: detect.height")
-    found: dict[str, Resolution] = {}
-    unknown: list[str] = []
-    for name, camera in cameras.items():
-        detect: dict[str, Any] = {}
-        if isinstance(camera, dict) and isinstance(camera.get("detect"), dict):
-            detect = camera["detect"]
-        width = _dimension(detect.get("width"), f"{origin}: cameras.{name}.detect.width") or default_w
-        height = _dimension(detect.get("height"), f"{origin}: cameras.{name}.detect.height") or default_h
-        if width and height:
-            found[str(name)] = (width, height)
-        else:
-            unknown.append(str(name))
-    return DetectResolutions(found, tuple(unknown))
