@@ -11,7 +11,12 @@ The file (YAML or JSON; `CAMERA_CONTEXT_PATH`) has a top-level `cameras` mapping
         pets: [{species: dog, description: black labrador}]
         working_hours: [{who: gardener, days: Tue, start: "08:00", end: "12:00"}]
         notes: ["Neighbours' children cut across the lawn after school"]
+        zones: [porch, path]            # the zone names the detector reports at this camera (Frigate's zones)
+        entry_zones: [porch]            # zones at a way into the house: a door, a gate, a window
+        private_zones: [path]           # the household's own ground that is not a way in
 
+Known zones are the ones in `zones:`; `entry_zones` and `private_zones` must name known zones (a typo would silently
+disable an evidence-floor rule, so it is an error naming the camera and the zone: `hsi config check`, start-up).
 Unknown keys are errors (a typo would otherwise silently drop context). The rendered text comes right after
 the static system prompt, so it is shared by every batch of one camera in llama-server's prompt cache.
 
@@ -22,13 +27,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 _HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
+ZoneName = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class CameraProfileError(ValueError):
@@ -74,6 +80,22 @@ class CameraProfile(_Strict):
     pets: list[Pet] = Field(default_factory=list, max_length=20)
     working_hours: list[WorkingHours] = Field(default_factory=list, max_length=20)
     notes: list[str] = Field(default_factory=list, max_length=20)
+    zones: list[ZoneName] = Field(default_factory=list, max_length=50)
+    entry_zones: list[ZoneName] = Field(default_factory=list, max_length=50)
+    private_zones: list[ZoneName] = Field(default_factory=list, max_length=50)
+
+    @model_validator(mode="after")
+    def _zones_known(self) -> CameraProfile:
+        known = set(self.zones)
+        for field_name in ("entry_zones", "private_zones"):
+            unknown = [zone for zone in getattr(self, field_name) if zone not in known]
+            if unknown:
+                declared = ", ".join(self.zones) or "none"
+                raise ValueError(
+                    f"{field_name} names unknown zone(s) {', '.join(repr(z) for z in unknown)} (zones declared in "
+                    f"'zones:' for camera {self.camera_id!r}: {declared})"
+                )
+        return self
 
     @field_validator("timezone")
     @classmethod
@@ -110,6 +132,10 @@ class CameraProfile(_Strict):
             lines.append(
                 "expected workers: " + "; ".join(f"{w.who} {w.days} {w.start}-{w.end}" for w in self.working_hours)
             )
+        if self.entry_zones:
+            lines.append("entry zones (doors, gates, windows): " + ", ".join(self.entry_zones))
+        if self.private_zones:
+            lines.append("private zones: " + ", ".join(self.private_zones))
         for note in self.notes:
             lines.append(f"note: {note}")
         return "\n".join(lines)

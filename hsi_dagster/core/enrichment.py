@@ -44,6 +44,7 @@ HIGH_VALUE_LABELS = frozenset({"person"})
 
 MAX_TEXT_CHARS = 300  # one caption / field value; bounds the prompt whatever the camera sends
 MAX_CLIP_CLASSES = 5  # per track, best first
+TOP_READINGS = 5  # highest readings kept per numeric field of an observation (NumberRange.top)
 REPEAT_THRESHOLD = 0.80
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -203,6 +204,9 @@ class NumberRange(_Model):
     max: float
     first: float
     last: float
+    # The highest readings, highest first (at most TOP_READINGS): lets the evidence floor count how many frames of a
+    # track reached a threshold (sustained violence, not one noisy frame) without storing every frame.
+    top: list[float] = Field(default_factory=list)
 
 
 class Observation(GroupRef):
@@ -540,7 +544,13 @@ def _summarise_observations(kind: str, dets: list[_Det]) -> list[Observation]:
                 **ref,
                 fields=fields,
                 numbers={
-                    key: NumberRange(min=min(vals), max=max(vals), first=vals[0], last=vals[-1])
+                    key: NumberRange(
+                        min=min(vals),
+                        max=max(vals),
+                        first=vals[0],
+                        last=vals[-1],
+                        top=sorted(vals, reverse=True)[:TOP_READINGS],
+                    )
                     for key, vals in series.items()
                 },
                 count=count[0],
