@@ -65,12 +65,13 @@ def main() -> int:
     from hsi_dagster.assets.evaluation import EvalConfiguration, endpoint_key, evaluate_and_store, report_for
     from hsi_dagster.cli.eval import chart_file_name
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
+    from hsi_dagster.llm.model_files import model_path
     from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
     from hsi_dagster.settings import load_settings
     from hsi_dagster.synthetic.scenarios import load_scenarios, select_scenarios
 
     settings = load_settings(os.devnull, **server_settings)
-    label = endpoint_key(args.label or Path(args.model or settings.model_file).stem).replace(".", "_")
+    label = endpoint_key(args.label or Path(args.model or model_path(settings.MODEL_PATH)).stem).replace(".", "_")
     scenarios = spread(select_scenarios(load_scenarios(), args.limit))
     levels = args.quality_level or ["full"]
     duckdb = HsiDuckDBResource(database=args.db)

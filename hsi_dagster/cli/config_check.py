@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hsi_dagster.llm.config_check import Finding, check_config
 from hsi_dagster.llm.gguf import read_metadata
+from hsi_dagster.llm.model_files import model_path
 
 
 def add_config_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -33,7 +34,7 @@ def run_config_check(args: argparse.Namespace) -> int:
     extra: list[Finding] = []
     if not args.no_model:
         try:
-            meta = read_metadata(Path(args.model) if args.model else settings.model_file)
+            meta = read_metadata(Path(args.model) if args.model else model_path(settings.MODEL_PATH))
         except (OSError, ValueError) as exc:
             extra.append(Finding("warning", "MODEL_PATH", f"model checks skipped: cannot read the GGUF header ({exc})"))
     findings = extra + check_config(settings, meta)

@@ -59,6 +59,7 @@ def run_demo(
     from hsi_dagster.cli.process import process
     from hsi_dagster.cli.report import build_report
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
+    from hsi_dagster.llm.model_files import model_path
     from hsi_dagster.storage.db import connect
     from hsi_dagster.storage.ingest import ingest_files
     from hsi_dagster.synthetic.jsonl import write_jsonl
@@ -101,7 +102,7 @@ def run_demo(
         server.start()
         export(LLAMA_SERVER_URL=server.url)
         print(
-            f"2/4 started the embedded llama.cpp server at {server.url} ({settings.model_file.name}, "
+            f"2/4 started the embedded llama.cpp server at {server.url} ({model_path(settings.MODEL_PATH).name}, "
             f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})"
         )
     try:

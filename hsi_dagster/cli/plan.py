@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hsi_dagster.llm.gguf import read_metadata
+from hsi_dagster.llm.model_files import model_path
 from hsi_dagster.llm.options import LlamaServerOptions
 from hsi_dagster.llm.planner import Plan, PlanInputs, format_bytes, plan_from_metadata
 
@@ -43,7 +44,7 @@ def run_plan(args: argparse.Namespace) -> int:
     }
     try:
         settings = load_settings(args.env_file, **overrides)
-        model = Path(args.model) if args.model else settings.model_file
+        model = Path(args.model) if args.model else model_path(settings.MODEL_PATH)
         meta = read_metadata(model)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)

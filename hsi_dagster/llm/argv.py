@@ -18,6 +18,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from hsi_dagster.llm.model_files import model_path
 from hsi_dagster.llm.options import FLOAT_CACHE_TYPES, LlamaServerOptions, OptionError, parse_override_tensor
 from hsi_dagster.settings import SettingsError, load_settings
 
@@ -146,10 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(args.env_file)
         try:
-            model_path = settings.model_file
+            model_file = model_path(settings.MODEL_PATH)
         except FileNotFoundError as exc:
             raise ArgvError("MODEL_PATH", str(exc)) from None
-        options = LlamaServerOptions.from_settings(settings, model_path=model_path)
+        options = LlamaServerOptions.from_settings(settings, model_path=model_file)
         key_file = _key_file_from_environment(args.api_key_file)
         if key_file is not None and args.mode == "exec" and not os.path.isfile(key_file):
             raise ArgvError("LLAMA_API_KEY_FILE", f"{key_file} does not exist")

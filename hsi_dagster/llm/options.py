@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hsi_dagster.llm import model_files
 from hsi_dagster.settings import KV_CACHE_TYPES, GpuLayers, HsiSettings, SettingsError
 
 # Cache types llama.cpp can only use for V with flash attention ("quantized V cache requires flash_attn").
@@ -112,7 +113,7 @@ class LlamaServerOptions:
         if override_tensor is None:
             override_tensor = parse_override_tensor(settings.OVERRIDE_TENSOR) if settings.OVERRIDE_TENSOR else ()
         return cls(
-            model_path=model_path or settings.model_file,
+            model_path=model_path or model_files.model_path(settings.MODEL_PATH),
             host=host or settings.LLM_HOST,
             port=settings.LLM_PORT,
             ctx_size=settings.CTX_SIZE,
