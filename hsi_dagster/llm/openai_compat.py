@@ -4,7 +4,8 @@ vLLM has no /props, /slots or /apply-template, and its /tokenize takes `messages
 GET /props answers 404/405, and then:
 - readiness comes from GET /v1/models when /health is missing (the client's readiness wait switches over);
 - the slot count comes from configuration (`total_slots`, settings PARALLEL): nothing on the server reports it;
-- the per-slot context comes from /v1/models `max_model_len`, else the configured `slot_context`;
+- the per-slot context comes from /v1/models `max_model_len`, else the configured `slot_context` (then marked
+  `ServerInfo.slot_context_configured`, so a prompt budget names the settings as its source, not the server);
 - exact prompt token counts come from vLLM's /tokenize with `messages` when it is there, else
   `TokenCountUnavailable` (callers budget with the cl100k estimate);
 - completions name the model and drop llama-only fields. The schema-enforcement probe runs unchanged.
@@ -52,7 +53,8 @@ class OpenAICompat:
         if not isinstance(models, list) or not models or not isinstance(models[0], dict):
             raise LlamaServerError(f"{where} lists no model: {self.transport.describe(reply)}")
         model = models[0]
-        context = model.get("max_model_len") or self.slot_context
+        reported = model.get("max_model_len")
+        context = reported or self.slot_context
         base_url = self.transport.base_url
         if not context:
             raise LlamaServerError(
@@ -74,6 +76,7 @@ class OpenAICompat:
             build_info=str(model.get("owned_by")) if model.get("owned_by") else None,
             api=API_OPENAI,
             missing_endpoints=("/props",),
+            slot_context_configured=not reported,
         )
 
     def detect_fallbacks(self, info: ServerInfo) -> ServerInfo:
@@ -95,11 +98,13 @@ class OpenAICompat:
         self.state.token_mode = mode
         info = dataclasses.replace(info, missing_endpoints=tuple(missing))
         logger.info(
-            "%s is OpenAI-compatible: missing %s; slots from configuration (%d), context %d, exact token counts: %s",
+            "%s is OpenAI-compatible: missing %s; slots from configuration (%d), context %d (%s), exact token counts: "
+            "%s",
             self.transport.base_url,
             ", ".join(missing),
             info.total_slots,
             info.slot_context,
+            "from configuration" if info.slot_context_configured else "/v1/models max_model_len",
             _COUNTED_BY.get(mode, "unavailable"),
         )
         return info

@@ -402,10 +402,13 @@ class LlamaRouter:
         models = {info.model for info in infos}
         if len(models) > 1:
             logger.warning("llama-servers serve different models %s: budgets assume one tokenizer", sorted(models))
+        smallest = min(info.slot_context for info in infos)
         return dataclasses.replace(
             infos[0],
-            slot_context=min(info.slot_context for info in infos),
+            slot_context=smallest,
             total_slots=sum(info.total_slots for info in infos),
+            # reported by a server unless only configured fallbacks are that small
+            slot_context_configured=all(i.slot_context_configured for i in infos if i.slot_context == smallest),
         )
 
     def server_info(self) -> ServerInfo:

@@ -61,6 +61,9 @@ class ServerInfo:
     build_info: str | None
     api: str = API_LLAMA  # API_OPENAI when llama-server's own endpoints are missing (e.g. vLLM)
     missing_endpoints: tuple[str, ...] = ()
+    # True when slot_context is the configured fallback (CTX_SIZE / PARALLEL), not a figure the server reported: an
+    # OpenAI-compatible server whose /v1/models has no max_model_len. Budgets then say they came from the settings.
+    slot_context_configured: bool = False
 
 
 class SlotLimiter:

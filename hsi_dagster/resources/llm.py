@@ -171,18 +171,22 @@ class LlamaServerResource(dg.ConfigurableResource):
         return router.ensure_ready() if router else self.get_client().ensure_ready()
 
     def live_slot_context(self) -> int | None:
-        """Per-slot context reported by the server now, or None when it cannot be reached quickly.
-        Several URLs: the smallest over the servers that answer."""
+        """Per-slot context reported by the server now, or None when it cannot be reached quickly or reports none
+        (an OpenAI-compatible server without max_model_len: its context is the configured fallback, and the caller
+        falls back to the settings, naming them as the budget's source). Several URLs: the smallest over the
+        servers that answer."""
         quick = {"connect_timeout": _PROBE_CONNECT_SECONDS, "read_timeout": _PROBE_READ_SECONDS, "max_tries": 1}
         try:
             if self.routed:
                 with self._build_router(**quick) as probe_router:
-                    return probe_router.server_info().slot_context
-            with self._build_client(**quick) as probe:
-                return probe.server_info().slot_context
+                    info = probe_router.server_info()
+            else:
+                with self._build_client(**quick) as probe:
+                    info = probe.server_info()
         except LlamaServerError as exc:
             dg.get_dagster_logger().debug(f"live slot context unavailable: {exc}")
             return None
+        return None if info.slot_context_configured else info.slot_context
 
     def chat_json(
         self,

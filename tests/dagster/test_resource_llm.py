@@ -144,3 +144,40 @@ def test_api_key_reaches_a_real_server_through_envvar_at_run_time(tmp_path, monk
         assert result.success and result.output_for_node("counted") > 5
     finally:
         process.stop()
+
+
+def test_configured_fallback_context_is_budgeted_as_the_settings_not_as_the_server(fake_vllm) -> None:
+    """FAKE OpenAI-compatible servers (not real ones): without max_model_len the context is the configured fallback,
+    so the budget's source names the settings; with it, the server's figure is live. Behind a router the smallest
+    context decides: a reported 4000 is live, a configured 5000 below a reported 6000 is the settings'."""
+    from hsi_dagster.core.budget import LIVE_BUDGET_SOURCE, SETTINGS_BUDGET_SOURCE, choose_budget
+
+    def budget_of(resource: LlamaServerResource) -> tuple[int, str]:
+        choice = choose_budget(
+            resource.live_slot_context,
+            configured_slot_context=5000,
+            max_output_tokens=512,
+            safety_margin=256,
+            token_ratio=1.0,
+        )
+        return choice.slot_context, choice.source
+
+    reporting = FakeOpenAI(max_model_len=6000).start()
+    smaller = FakeOpenAI(max_model_len=4000).start()
+    try:
+        fallbacks = {"fallback_total_slots": 2, "fallback_slot_context": 5000}
+        configured = LlamaServerResource(urls=[fake_vllm.url], **fallbacks)
+        assert configured.ensure_ready().slot_context_configured
+        assert budget_of(configured) == (5000, SETTINGS_BUDGET_SOURCE)
+        assert budget_of(LlamaServerResource(urls=[reporting.url], **fallbacks)) == (6000, LIVE_BUDGET_SOURCE)
+        assert budget_of(LlamaServerResource(urls=[reporting.url, fake_vllm.url], **fallbacks)) == (
+            5000,
+            SETTINGS_BUDGET_SOURCE,
+        )
+        assert budget_of(LlamaServerResource(urls=[smaller.url, fake_vllm.url], **fallbacks)) == (
+            4000,
+            LIVE_BUDGET_SOURCE,
+        )
+    finally:
+        reporting.stop()
+        smaller.stop()
