@@ -50,7 +50,7 @@ from hsi_dagster.llm.slots import (
     slot_limiter,
     slot_semaphore_size,
 )
-from hsi_dagster.llm.transport import MISSING, Transport
+from hsi_dagster.llm.transport import MISSING, ClosesOnExit, Transport
 
 __all__ = [
     "API_LLAMA",
@@ -78,7 +78,7 @@ logger = logging.getLogger("hsi_dagster.llm")
 _READY_PROBE_SECONDS = 10.0  # read timeout of one readiness probe
 
 
-class LlamaClient:
+class LlamaClient(ClosesOnExit):
     """Synchronous client for one llama-server base URL. Thread-safe; share it or make many."""
 
     def __init__(
@@ -125,12 +125,6 @@ class LlamaClient:
 
     def __repr__(self) -> str:  # never show the key
         return f"LlamaClient({self.base_url!r}, api_key={'***' if self._transport.has_api_key else None})"
-
-    def __enter__(self) -> LlamaClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._transport.close()

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from hsi_dagster.llm.client import ChatResult, LlamaClient
 from hsi_dagster.llm.errors import LlamaServerError, LlamaServerUnavailable
 from hsi_dagster.llm.slots import SLOTS_CHANGED, ServerInfo, SlotLimiter, slot_limiter
+from hsi_dagster.llm.transport import ClosesOnExit
 
 logger = logging.getLogger("hsi_dagster.llm.router")
 
@@ -87,7 +88,7 @@ class _Server:
         self.in_flight = self.max_in_flight = 0
 
 
-class LlamaRouter:
+class LlamaRouter(ClosesOnExit):
     """Routes `chat_json` over several `LlamaClient`s by free slots, skipping servers that are down.
 
     Thread-safe. Same call shapes as `LlamaClient` for what the pipeline uses: ensure_ready, server_info,
@@ -129,12 +130,6 @@ class LlamaRouter:
 
     def __repr__(self) -> str:
         return f"LlamaRouter({self.urls!r})"
-
-    def __enter__(self) -> LlamaRouter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         for client in self.clients:

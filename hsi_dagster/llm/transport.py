@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -50,7 +50,20 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-class Transport:
+class ClosesOnExit:
+    """`with obj:` closes obj at the end: the one context-manager block of the transport, the client and the router."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Transport(ClosesOnExit):
     """Requests to one base URL with retries; thread-safe (one httpx.Client shared by all threads)."""
 
     def __init__(
@@ -87,12 +100,6 @@ class Transport:
             transport=transport,
             verify=shared_ssl_context(),
         )
-
-    def __enter__(self) -> Transport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def has_api_key(self) -> bool:
