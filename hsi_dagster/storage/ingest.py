@@ -7,7 +7,7 @@ Design (measured with bench/ingest_bench.py; the Python validator alone runs at 
   (the one step that needs the GIL).
 - Meanwhile the main thread has DuckDB (which releases the GIL, so the two overlap on two cores) parse the
   previous chunk's staged lines into a temp table (no WAL) with the checks that are cheaper vectorized
-  (`fast_check.finish_sql`), and insert the good rows into `detections` in one transaction per chunk. The plain
+  (`ingest_checks.finish_sql`), and insert the good rows into `detections` in one transaction per chunk. The plain
   insert is tried first (one index probe per row); once a file re-sends a known detection_id it switches to
   `ON CONFLICT DO NOTHING`, so re-ingesting is a no-op. Quarantine rows are keyed by (source, line_no).
 
@@ -45,8 +45,8 @@ from hsi_dagster.core.detections import (
     truncate_raw,
     validate_record,
 )
-from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.ingest_checks import finish_sql
 from hsi_dagster.storage.line_reader import (
     READ_BLOCK_BYTES,
     CheckedChunk,

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hsi_dagster.core.detections import Detection, Rejection, validate_record
-from hsi_dagster.core.fast_check import finish_sql
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, already_ingested, ingest_files, ingest_lines
+from hsi_dagster.storage.ingest_checks import finish_sql
 from hsi_dagster.storage.line_reader import check_chunk
 from hsi_dagster.synthetic.bad_lines import bad_lines
 from hsi_dagster.synthetic.jsonl import encode_record, write_jsonl
