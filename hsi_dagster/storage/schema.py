@@ -228,9 +228,69 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE budgeted_prompts ADD COLUMN IF NOT EXISTS prompt_degraded VARCHAR[];
         """,
     ),
+    (
+        7,
+        "camera activity aggregate (history baselines)",
+        # storage/history.py: detections per camera, quarter-hour UTC bucket and label, maintained at ingest, so a
+        # batch's baseline reads a few hundred rows instead of millions of detections. Filled from what is stored.
+        """
+        CREATE TABLE IF NOT EXISTS camera_activity (
+            camera_id VARCHAR NOT NULL,
+            bucket_start TIMESTAMPTZ NOT NULL,
+            label VARCHAR NOT NULL,
+            detections BIGINT NOT NULL,
+            first_ingested_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (camera_id, bucket_start, label)
+        );
+        INSERT INTO camera_activity
+        SELECT camera_id, to_timestamp(floor(epoch(ts) / 900) * 900), label, count(*), min(ingested_at)
+        FROM detections GROUP BY ALL
+        ON CONFLICT DO NOTHING;
+        """,
+    ),
+    (
+        8,
+        "verdicts out: MQTT outbox, Home Assistant cameras, Frigate write-backs",
+        # storage/mqtt_outbox.py: what the verdict publisher sent, keyed by batch (a restart sends nothing twice
+        # and skips nothing), the cameras with Home Assistant entities; storage/frigate_writeback.py: verdicts
+        # written back to Frigate events.
+        """
+        CREATE TABLE IF NOT EXISTS mqtt_outbox (
+            message_key VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            batch_id VARCHAR,
+            sent VARCHAR NOT NULL,
+            window_start TIMESTAMPTZ,
+            published_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS mqtt_cameras (
+            camera_id VARCHAR PRIMARY KEY,
+            retained_topics JSON NOT NULL,
+            discovery_sha256 VARCHAR NOT NULL,
+            last_window_start TIMESTAMPTZ,
+            discovered_at TIMESTAMPTZ NOT NULL,
+            removed_at TIMESTAMPTZ
+        );
+        CREATE TABLE IF NOT EXISTS mqtt_publisher (
+            name VARCHAR PRIMARY KEY,
+            since TIMESTAMPTZ NOT NULL,
+            last_connected_at TIMESTAMPTZ,
+            last_error VARCHAR,
+            updated_at TIMESTAMPTZ
+        );
+        CREATE TABLE IF NOT EXISTS frigate_writebacks (
+            batch_id VARCHAR PRIMARY KEY,
+            event_ids VARCHAR[] NOT NULL,
+            status VARCHAR NOT NULL,
+            attempts INTEGER NOT NULL,
+            last_error VARCHAR,
+            updated_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
 ]
 
-LATEST_VERSION = MIGRATIONS[-1][0]
+LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead
 
 
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
