@@ -21,13 +21,14 @@ probing           | action.label, action.score, reid.known  | a probing_actions 
                   |                                         | cars, packages) by a person not known        |
 tool              | detections.items[].label, reid.known    | a tool_labels label (COCO scissors, baseball | 70 high
                   |                                         | bat, ...) with a person not known            |
-masked at night   | clothing.suspicious, reid.known, hour,  | a person not known, suspicious clothing, on  | 70 high
-                  | track zones, profile zones              | an entry or private zone, night hours        |
-entry at night    | reid.known, hour, track zones           | a person not known on an entry zone, night   | 70 high
-private at night  | reid.known, hour, track zones, label    | a person or vehicle not known on an entry or | 45 medium
-                  |                                         | private zone, night hours (animals exempt)   |
+watching          | action.label, action.score, reid.known  | a watching_actions label (photographing the  | 45 medium
+                  |                                         | house) by a person not known                 |
+person at night   | reid.known, hour, track zones,          | a person not known on an entry or private    | 70 high
+                  | profile.entry_zones / private_zones     | zone in the night hours                      |
+vehicle at night  | reid.known, hour, track zones, label    | a vehicle or object (not an animal) not known| 45 medium
+                  |                                         | on an entry or private zone, night hours     |
 loitering         | track first_ts..last_ts, reid.known,    | a person not known stays >= loiter_seconds   | 45 medium
-                  | track zones                             | on an entry or private zone                  |
+                  | track zones, detections.is_dark         | on an entry or private zone in the dark      |
 unusual here      | history.unusual_labels, reid.known,     | "person" unusual here at this hour, a person | 45 medium
                   | track zones                             | not known on an entry or private zone        |
 path to entry     | history.path_to_entry, reid.known, hour | a person not known ends a path of >= 2       | 45 medium
@@ -35,7 +36,7 @@ path to entry     | history.path_to_entry, reid.known, hour | a person not known
 after an alert    | history.recent_activity[].risk_level,   | another camera was high or critical in the   | 70 high
                   | reid.known                              | history window and a person not known is here|
 
-The presence rules (masked/entry/private at night, loitering) count a track only when its best detector confidence
+The presence rules (person/vehicle at night, loitering) count a track only when its best detector confidence
 is >= `presence_min_confidence` (a rain streak read as a person at 0.3 is not a person at the door).
 "Not known" means no re-identification reading of that track (or untracked detection) says `known: true`; a
 track with no re-id at all is not known (the floor errs towards an alert). The night hours are local hours of the
@@ -98,9 +99,13 @@ DEFAULT_PROBING_ACTIONS = (
     "looking into vehicles",
     "peering into",
     "taking a package",
+    "picking up a package",
     "stealing",
     "carrying items away",
 )
+
+
+DEFAULT_WATCHING_ACTIONS = ("taking a photo", "photographing", "filming")
 
 
 def normalise_label(text: str) -> str:
@@ -118,6 +123,7 @@ class EvidenceRules:
     weapon_min_detections: int = 2
     forcing_actions: tuple[str, ...] = DEFAULT_FORCING_ACTIONS
     probing_actions: tuple[str, ...] = DEFAULT_PROBING_ACTIONS
+    watching_actions: tuple[str, ...] = DEFAULT_WATCHING_ACTIONS
     action_min_score: float = 0.5
     action_min_frames: int = 2
     violence_threshold: float = 0.6
@@ -364,6 +370,8 @@ def _actions(reader: _Reader, profile: CameraProfile | None, rules: EvidenceRule
                 fired.add(FORCING_ELSEWHERE, f"forcing: {seen}, not at an entry zone")
         elif rules.matches(label, rules.probing_actions) and not actor.known:
             fired.add(HIGH, f"probing: {seen}, not re-identified as known (reid.known)")
+        elif rules.matches(label, rules.watching_actions) and not actor.known:
+            fired.add(MEDIUM, f"watching: {seen}, not re-identified as known (reid.known)")
 
 
 def _presence(
@@ -378,21 +386,26 @@ def _presence(
         if reader.boolean(obs, "clothing", "suspicious") is True:
             suspicious_keys.add(_key(obs))
     when = f"local hour {hour:02d} ({zone_name})"
+    dark = reader.context.detections.is_dark
     for actor in reader.actors.values():
         if actor.known or actor.confidence < rules.presence_min_confidence:
             continue
-        at_entry = sorted(actor.zones & entry)
-        at_private = sorted(actor.zones & private)
-        where = (at_entry or at_private or [""])[0]
+        watched = sorted(actor.zones & entry) + sorted(actor.zones & private)
+        if not watched:
+            continue
         who = f"{actor.label} {actor.key} not re-identified as known (reid.known)"
-        if actor.label == "person" and night and (at_entry or at_private) and actor.key in suspicious_keys:
-            fired.add(HIGH, f"masked at night: {who}, clothing.suspicious true, zone {where!r}, {when}")
-        elif actor.label == "person" and night and at_entry:
-            fired.add(HIGH, f"entry at night: {who} at entry zone {where!r}, {when}")
-        elif night and (at_entry or at_private) and actor.label not in _ANIMALS:
-            fired.add(MEDIUM, f"private at night: {who} on zone {where!r}, {when}")
-        if actor.label == "person" and (at_entry or at_private) and actor.dwell_s >= rules.loiter_seconds:
-            fired.add(MEDIUM, f"loitering: {who} stays {actor.dwell_s:.0f} s (track dwell) on zone {where!r}")
+        if actor.label == "person" and night:
+            masked = ", clothing.suspicious true" if actor.key in suspicious_keys else ""
+            kind = "entry" if watched[0] in entry else "private"
+            fired.add(HIGH, f"person at night: {who}{masked} on {kind} zone {watched[0]!r}, {when}")
+        elif night and actor.label not in _ANIMALS:
+            fired.add(MEDIUM, f"vehicle or object at night: {who} on zone {watched[0]!r}, {when}")
+        if actor.label == "person" and dark and actor.dwell_s >= rules.loiter_seconds:
+            fired.add(
+                MEDIUM,
+                f"loitering in the dark: {who} stays {actor.dwell_s:.0f} s (track dwell) on zone {watched[0]!r}, "
+                f"detections.is_dark (scene.lighting / local hour)",
+            )
 
 
 _ANIMALS = frozenset({"cat", "dog", "bird", "fox", "deer", "hedgehog", "badger", "horse", "sheep", "cow", "animal"})
