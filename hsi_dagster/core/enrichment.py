@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from hsi_dagster.core.camera_profiles import CameraProfile
+from hsi_dagster.core.history import HistoryFacts
 from hsi_dagster.core.sections import (  # the one definition of the sections; re-exported here
     BATCH_SCOPED_TYPES,
     ENRICHMENT_TYPES,
@@ -226,6 +227,7 @@ class EnrichedContext(_Model):
     florence: FlorenceSummary | None = None
     clip: ClipSummary | None = None
     observations: dict[str, list[Observation]] = Field(default_factory=dict)
+    history: HistoryFacts | None = None  # what is usual here and what the other cameras saw (core/history.py)
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -570,8 +572,10 @@ def build_context(
     missing_types: Iterable[str] = (),
     fast_path_labels: Iterable[str] = ("person",),
     fast_path_confidence: float = 0.90,
+    history: HistoryFacts | None = None,
 ) -> EnrichedContext:
-    """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit."""
+    """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit;
+    `history` the batch's history facts (storage/history.py + core/history.py), rendered as two sections."""
     if quality_level not in QUALITY_LEVEL_TYPES:
         raise ValueError(
             f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}"
@@ -613,4 +617,5 @@ def build_context(
             for kind in included
             if kind in OBSERVATION_FIELDS and (obs := _summarise_observations(kind, dets))
         },
+        history=history,
     )

@@ -30,6 +30,7 @@ from hsi_dagster.core.enrichment import (
     Observation,
     clean_text,
 )
+from hsi_dagster.core.history import HistoryFacts
 from hsi_dagster.core.sections import SECTION_KEYS, SECTION_TITLES
 
 # "Detections (always), and when available Scene analysis, ...": the titles in prompt order (core/sections.py).
@@ -382,6 +383,55 @@ def _observation_line(kind: str, obs: Observation) -> str:
     return f"- {who}: {', '.join(parts)}{count}\n"
 
 
+# ----------------------------------------------------------------------------------------------- history
+USUAL_FRACTION = 0.5  # a label seen in this hour on at least half the observed days is "usual" here
+
+
+def _baseline_section(h: HistoryFacts) -> Section:
+    """'person: seen on 0 of 14 days in this hour (unusual here)', or why nothing is called unusual."""
+    lines = [
+        f"camera {q(h.camera_id, 64)}, local hour {h.hour_text} {h.timezone}, last {h.days_requested} days: "
+        f"{h.days_observed} with any detection on this camera"
+    ]
+    if not h.enough_history:
+        lines.append("not enough history to call anything usual or unusual here")
+    for b in h.baselines:
+        if not h.enough_history:
+            verdict = ""
+        elif b.label in h.unusual_labels:
+            verdict = " (unusual here at this hour)"
+        elif b.days_seen >= USUAL_FRACTION * b.days_observed:
+            verdict = " (usual here at this hour)"
+        else:
+            verdict = " (occasional here at this hour)"
+        lines.append(f"- {q(b.label, 64)}: seen on {b.days_seen} of {b.days_observed} days in this hour{verdict}")
+    lines += [f"assumed: {q(a, 240)}" for a in h.assumptions]
+    return Section("baseline", SECTION_TITLES["baseline"], "".join(line + "\n" for line in lines))
+
+
+def _ago(seconds: float) -> str:
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def _cross_camera_section(h: HistoryFacts) -> Section:
+    """Other cameras' batches in the minutes before, oldest first, and the path towards this camera if any."""
+    tz = ZoneInfo(h.timezone)
+    lines = [f"other cameras in the {h.cross_camera_minutes:g} minutes before this batch, oldest first:"]
+    if not h.recent_activity:
+        lines.append("- none")
+    for e in h.recent_activity:
+        verdict = f"verdict {q(e.risk_level, 16)}" if e.risk_level else "not assessed yet"
+        labels = ", ".join(q(label, 64) for label in e.labels)
+        lines.append(
+            f"- {_local(e.ts, tz)} ({_ago(e.seconds_before)} before) camera {q(e.camera_id, 64)}: {labels}; {verdict}"
+        )
+    if h.path_to_entry:
+        entry = " (this camera watches an entry point)" if h.camera_is_entry_point else ""
+        lines.append("path towards this camera: " + " -> ".join(q(c, 64) for c in h.path_to_entry) + entry)
+    return Section("cross_camera", SECTION_TITLES["cross_camera"], "".join(line + "\n" for line in lines))
+
+
 def build_sections(context: EnrichedContext) -> list[Section]:
     """The batch's sections in SECTION_KEYS order; sections without data are left out."""
     built: dict[str, Section | None] = {
@@ -390,6 +440,9 @@ def build_sections(context: EnrichedContext) -> list[Section]:
         "florence": _florence_section(context),
         "clip": _clip_section(context),
     }
+    if context.history is not None:
+        built["baseline"] = _baseline_section(context.history)
+        built["cross_camera"] = _cross_camera_section(context.history)
     for kind, observations in context.observations.items():
         if observations:
             text = "".join(_observation_line(kind, obs) for obs in observations[:30])

@@ -13,6 +13,14 @@ separate model, so it is always included but is the last section removed. The re
 system's (depth first: the least change to a risk judgement), with `clip` right before `scene` (CLIP classes are a
 noisy second opinion that Florence captions mostly cover). The "standard" level leaves out the four types removed
 first (depth, pose, action, pet); "minimal" keeps only what is never removed.
+
+The two history sections (`baseline`: what this camera usually sees at this hour; `cross_camera`: what the other
+cameras saw just before; core/history.py) come from the household's own database, not a vision model, so they are
+in every quality level. They are worth more than most caption lines: a few lines saying "person: 0 of 14 nights
+at this hour" or "street -> driveway -> here in 5 minutes" change a judgement more than a third dense caption of
+the same person. So they are removed late (`late_removal`): only once every other removable section is gone AND
+Florence cannot keep `HISTORY_OUTRANKS_FLORENCE_LINES` captioned lines (core/budget.py), cross-camera first (the
+longer one), the baseline last.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ class SectionSpec:
     removal_rank: int | None  # order of removal when over budget (1 = first); None = never removed, shortened
     fields: tuple[str, ...] = ()  # contract section 1 keys of a type rendered generically, one line per track
     batch_scoped: bool = False  # one observation for the whole scene, not one per track
+    late_removal: bool = False  # removed only after Florence is down to HISTORY_OUTRANKS_FLORENCE_LINES lines
 
 
 # In prompt order.
@@ -50,7 +59,11 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("violence", "Violence detection", True, "standard", 8, fields=("score",)),
     SectionSpec("reid", "Re-identification", True, "standard", 9, fields=("identity", "known", "seen_before", "score")),
     SectionSpec("depth", "Depth", True, "full", 1, fields=("distance_m",)),
+    SectionSpec("baseline", "Usual activity at this hour", False, "minimal", 13, late_removal=True),
+    SectionSpec("cross_camera", "Other cameras just before", False, "minimal", 12, late_removal=True),
 )
+HISTORY_SECTIONS: tuple[str, ...] = ("baseline", "cross_camera")
+HISTORY_OUTRANKS_FLORENCE_LINES = 2  # Florence keeps this many captioned lines before a history section goes
 
 SECTION_KEYS: tuple[str, ...] = tuple(spec.key for spec in SECTIONS)
 SECTION_TITLES: dict[str, str] = {spec.key: spec.title for spec in SECTIONS}
@@ -63,9 +76,9 @@ QUALITY_LEVEL_TYPES: dict[str, tuple[str, ...]] = {
     )
     for level in reversed(QUALITY_LEVELS)
 }
-FULL_REMOVAL_ORDER: tuple[str, ...] = tuple(
-    spec.key for spec in sorted((s for s in SECTIONS if s.removal_rank is not None), key=lambda s: s.removal_rank or 0)
-)
+_RANKED = sorted((s for s in SECTIONS if s.removal_rank is not None), key=lambda s: s.removal_rank or 0)
+FULL_REMOVAL_ORDER: tuple[str, ...] = tuple(spec.key for spec in _RANKED if not spec.late_removal)
+LATE_REMOVAL_ORDER: tuple[str, ...] = tuple(spec.key for spec in _RANKED if spec.late_removal)
 NEVER_REMOVED: tuple[str, ...] = tuple(spec.key for spec in SECTIONS if spec.removal_rank is None)
 OBSERVATION_FIELDS: dict[str, tuple[str, ...]] = {spec.key: spec.fields for spec in SECTIONS if spec.fields}
 BATCH_SCOPED_TYPES: frozenset[str] = frozenset(spec.key for spec in SECTIONS if spec.batch_scoped)

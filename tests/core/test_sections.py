@@ -6,6 +6,8 @@ from hsi_dagster.core import budget, enrichment, prompt, sections
 from hsi_dagster.core.sections import (
     ENRICHMENT_TYPES,
     FULL_REMOVAL_ORDER,
+    HISTORY_SECTIONS,
+    LATE_REMOVAL_ORDER,
     NEVER_REMOVED,
     QUALITY_LEVEL_TYPES,
     QUALITY_LEVELS,
@@ -25,7 +27,9 @@ def test_every_module_uses_the_one_definition():
 def test_prompt_order_titles_and_enrichment_types():
     assert SECTION_KEYS[:4] == ("detections", "scene", "florence", "clip")
     assert len(set(SECTION_KEYS)) == len(SECTIONS) and len(set(SECTION_TITLES.values())) == len(SECTIONS)
-    assert tuple(key for key in SECTION_KEYS if key not in ("detections", "scene")) == ENRICHMENT_TYPES
+    not_enrichment = ("detections", "scene", *HISTORY_SECTIONS)
+    assert tuple(key for key in SECTION_KEYS if key not in not_enrichment) == ENRICHMENT_TYPES
+    assert SECTION_KEYS[-2:] == HISTORY_SECTIONS  # the household's own history closes the batch's evidence
     assert set(enrichment.OBSERVATION_FIELDS) == set(ENRICHMENT_TYPES) - {"florence", "clip"}
 
 
@@ -35,9 +39,10 @@ def test_the_static_instructions_name_every_section_in_prompt_order():
 
 
 def test_every_section_is_either_removed_in_order_or_shortened():
-    assert set(FULL_REMOVAL_ORDER) | set(NEVER_REMOVED) == set(SECTION_KEYS)
-    assert not set(FULL_REMOVAL_ORDER) & set(NEVER_REMOVED)
+    assert set(FULL_REMOVAL_ORDER) | set(LATE_REMOVAL_ORDER) | set(NEVER_REMOVED) == set(SECTION_KEYS)
+    assert len(FULL_REMOVAL_ORDER) + len(LATE_REMOVAL_ORDER) + len(NEVER_REMOVED) == len(SECTION_KEYS)
     assert NEVER_REMOVED == ("detections", "florence")
+    assert LATE_REMOVAL_ORDER == ("cross_camera", "baseline") and budget.LATE_REMOVAL_ORDER is LATE_REMOVAL_ORDER
 
 
 def test_quality_levels_nest_and_standard_leaves_out_the_first_removed_types():
