@@ -46,6 +46,7 @@ from hsi_dagster.core.detections import (
     validate_record,
 )
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.history import record_activity, record_activity_rows
 from hsi_dagster.storage.ingest_checks import finish_sql
 from hsi_dagster.storage.line_reader import (
     READ_BLOCK_BYTES,
@@ -175,6 +176,7 @@ class _Loader:
         self.bounds = bounds
         self.report = FileReport(source)
         self.params = {"source": source, "received_at": received_at}
+        self.received_at = received_at
         self.on_conflict = False  # switched on at the first chunk that re-sends known detection_ids
         self._rescued: list[tuple[int, Detection]] = []
         self._rejects: list[Rejection] = []
@@ -261,7 +263,12 @@ class _Loader:
             conflict=_ON_CONFLICT if self.on_conflict else "",
             cuts="r.enrichment_cuts" if cuts else "NULL",
         )
-        row = self.conn.execute(sql, self.params).fetchone()
+        if self.on_conflict:  # some ids may be known already: count in camera_activity only what was inserted
+            inserted = self.conn.execute(sql + "RETURNING camera_id, ts, label", self.params).fetchnumpy()
+            record_activity_rows(self.conn, inserted, self.received_at)
+            return len(inserted["camera_id"])
+        row = self.conn.execute(sql, self.params).fetchone()  # all-or-nothing: every (first-per-id) row went in
+        record_activity(self.conn, rows_sql, {"received_at": self.received_at}, first_per_id=dedupe)
         return int(row[0]) if row else 0
 
     def _insert_detections(self, rows: list[tuple[int, Detection]]) -> None:
