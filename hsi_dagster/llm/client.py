@@ -141,12 +141,16 @@ class LlamaClient(ClosesOnExit):
             logger.debug("in-process limit for %s: %d request(s) in flight", self.base_url, limiter.size)
         return limiter
 
-    def _server_slot(self, *, limiter_held: bool) -> ServerSlot:
-        """What one completion holds: this process's limiter (unless the caller holds it) and one of the server's
-        cross-process leases, as many as the server has slots."""
-        limiter = self._slot_limiter()
-        lease = SlotLease(self.slot_lease_dir, self.base_url, limiter.size)
-        return ServerSlot(None if limiter_held else limiter, lease)
+    def slot_lease(self) -> SlotLease:
+        """This server's cross-process leases, as many as it has slots (in slot_lease_dir)."""
+        return SlotLease(self.slot_lease_dir, self.base_url, self._slot_limiter().size)
+
+    def _server_slot(self, reserved_lease: int | None) -> ServerSlot:
+        """What one completion holds: this process's limiter and one of the server's cross-process leases; with
+        `reserved_lease` the caller holds the limiter and that lease already."""
+        if reserved_lease is not None:
+            return ServerSlot(None, self.slot_lease(), held=reserved_lease)
+        return ServerSlot(self._slot_limiter(), self.slot_lease())
 
     # --- readiness and server facts ---------------------------------------------------------------------------------
     def wait_until_ready(self, timeout: float | None = None) -> None:
@@ -282,12 +286,12 @@ class LlamaClient(ClosesOnExit):
         temperature: float = 0.0,
         seed: int | None = 42,
         extra: dict | None = None,
-        slot_reserved: bool = False,
+        reserved_lease: int | None = None,
     ) -> ChatResult:
         """One schema-constrained chat completion; `parsed` is the JSON object, or None with `parse_error`.
 
-        slot_reserved: the caller already holds one of this URL's process-wide slots (the router does); the
-        cross-process lease is taken here either way.
+        reserved_lease: the caller (the router) already holds one of this URL's process-wide slots and this
+        cross-process lease (a `SlotLease.try_acquire` descriptor); the call takes the lease over and gives it back.
         """
         body = chat_body(messages, schema, max_tokens=max_tokens, temperature=temperature, seed=seed)
         if self._state.api == API_OPENAI:
@@ -295,8 +299,16 @@ class LlamaClient(ClosesOnExit):
         if extra:
             body.update(extra)
         where = self._transport.where("POST", "/v1/chat/completions")
-        slot = self._server_slot(limiter_held=slot_reserved)
-        response = self._transport.request("POST", "/v1/chat/completions", json_body=body, slot=slot)
+        try:
+            slot = self._server_slot(reserved_lease)
+        except BaseException:
+            if reserved_lease is not None:
+                SlotLease.release(reserved_lease)
+            raise
+        try:
+            response = self._transport.request("POST", "/v1/chat/completions", json_body=body, slot=slot)
+        finally:
+            slot.discard()
         reply = self._transport.parse_json(response, where)
         try:
             return chat_result(reply, latency_ms=response.elapsed.total_seconds() * 1000.0, server_url=self.base_url)

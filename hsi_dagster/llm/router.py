@@ -3,18 +3,18 @@
 Pure Python (no Dagster import): the Dagster resource builds one `LlamaRouter` when LLAMA_SERVER_URL lists several
 URLs. Why each rule exists:
 - Free slots, not plain round robin: a request sent to a busy server queues inside it while another server idles.
-  "Free" is the server's process-wide `SlotLimiter` in `hsi_dagster.llm.slots` (shared with every `LlamaClient`
-  of that URL in this process), so the router never has more requests in flight on a server than it has slots.
-  Ties go round robin from a random start, so separate processes (one per Dagster step) do not all pick server 0.
+  "Free" counts every process: the server's cross-process slot leases (flock files in HSI_SLOT_LEASE_DIR,
+  `hsi_dagster.llm.slots.SlotLease`) that no process holds, bounded by this process's `SlotLimiter` (shared with
+  every `LlamaClient` of that URL in this process). The router takes the chosen server's lease before it sends, so
+  two processes choosing at once cannot both take its last slot: the one that loses chooses again. Ties go round
+  robin from a random start, so separate processes (one per Dagster step) do not all pick server 0. While every
+  slot is held, the router waits for a release in this process (notified at once) or polls the leases (5-50 ms).
 - Down servers are skipped: a failed connect/health check marks a server down for a cool-down (10 s, doubling up
   to 60 s); after it, a background probe (one /health, then the usual ensure_ready) lets it back in.
 - No request is lost: a completion that fails with `LlamaServerUnavailable` is sent to another server (each server
   at most once per request); only when none is left does the caller get `LlamaServerUnavailable` naming every URL.
 - `ensure_ready` is satisfied by ONE ready server, and reports the SMALLEST per-slot context of the ready servers
   so a prompt budget fits wherever the request lands.
-Across processes each completion also holds one of its server's slot leases (hsi_dagster/llm/slots.py), as with one
-server; the router picks by this process's free counts, so a request may then wait for a lease of the server it picked
-while another process holds them.
 """
 
 from __future__ import annotations
@@ -31,13 +31,16 @@ from typing import Any, TypeVar
 
 from hsi_dagster.llm.client import ChatResult, LlamaClient
 from hsi_dagster.llm.errors import LlamaServerError, LlamaServerUnavailable
-from hsi_dagster.llm.slots import SLOTS_CHANGED, ServerInfo, SlotLimiter, slot_limiter
+from hsi_dagster.llm.slots import SLOTS_CHANGED, ServerInfo, SlotLease, SlotLimiter, slot_limiter
 from hsi_dagster.llm.transport import ClosesOnExit
 
 logger = logging.getLogger("hsi_dagster.llm.router")
 
 COOLDOWN_SECONDS = 10.0
 MAX_COOLDOWN_SECONDS = 60.0
+# While every slot is held: how often the leases other processes may release are looked at again (doubling).
+_LEASE_POLL_FIRST = 0.005
+_LEASE_POLL_MAX = 0.05
 _T = TypeVar("_T")
 
 
@@ -86,6 +89,34 @@ class _Server:
         self.last_error: str | None = None
         self.requests = self.succeeded = self.failed = 0
         self.in_flight = self.max_in_flight = 0
+        self._lease: SlotLease | None = None
+
+    def lease(self, size: int) -> SlotLease:
+        """The server's cross-process leases, one per slot (remade when a restarted server has another size)."""
+        if self._lease is None or self._lease.size != size:
+            self._lease = SlotLease(self.client.slot_lease_dir, self.url, size)
+        return self._lease
+
+    def free_slots(self, limiter: SlotLimiter) -> int:
+        """Slots free across every process: leases nobody holds, at most what this process's limiter allows."""
+        if limiter.free <= 0:
+            return 0
+        lease = self.lease(limiter.size)
+        return min(limiter.free, lease.size - lease.held())
+
+    def take_slot(self, limiter: SlotLimiter) -> int | None:
+        """This process's slot and a cross-process lease (its descriptor); None when another process was faster.
+        Call with SLOTS_CHANGED held."""
+        if not limiter.acquire(blocking=False):
+            return None
+        try:
+            fd = self.lease(limiter.size).try_acquire()
+        except BaseException:
+            limiter.release()
+            raise
+        if fd is None:
+            limiter.release()
+        return fd
 
 
 class LlamaRouter(ClosesOnExit):
@@ -237,13 +268,17 @@ class LlamaRouter(ClosesOnExit):
         return LlamaServerUnavailable(f"no llama-server available for {what}: " + "; ".join(parts))
 
     # --- choosing a server --------------------------------------------------------------------------------------------
-    def _pick(self, tried: dict[str, str], what: str, *, take_slot: bool) -> tuple[_Server, SlotLimiter | None]:
-        """The usable server with the most free slots (taking one of its slots when take_slot), ties round robin.
+    def _pick(
+        self, tried: dict[str, str], what: str, *, take_slot: bool
+    ) -> tuple[_Server, SlotLimiter | None, int | None]:
+        """The usable server with the most slots free across processes, ties round robin; with take_slot, one of
+        its slots is taken (this process's limiter and a cross-process lease, whose descriptor is returned).
 
         Servers never probed, past their cool-down, or whose limiter was reset are probed in the background and
         join once ready. While every usable server is full, wait for a release; with none usable and no probe
         running, raise LlamaServerUnavailable naming every URL.
         """
+        poll = _LEASE_POLL_FIRST
         while True:
             with SLOTS_CHANGED:
                 now = self._clock()
@@ -261,25 +296,35 @@ class LlamaRouter(ClosesOnExit):
                         if limiter is None:
                             self._start_probe(server, self._probe_or_mark_down)
                     limiters.append(limiter)
-                    free.append(limiter.free if limiter else None)
-                index = choose_server(free, self._next)
-                if index is None and not take_slot and any(limiters):
-                    index = choose_server([None if f is None else f + 1 for f in free], self._next)  # all busy: any
-                if index is not None:
+                    free.append(server.free_slots(limiter) if limiter else None)
+                if not take_slot:
+                    index = choose_server(free, self._next)
+                    if index is None and any(limiters):
+                        index = choose_server([None if f is None else f + 1 for f in free], self._next)  # all busy
+                    if index is not None:
+                        self._next = (index + 1) % len(self._servers)
+                        return self._servers[index], limiters[index], None
+                while (index := choose_server(free, self._next)) is not None:
                     server, limiter = self._servers[index], limiters[index]
-                    if take_slot:
-                        if limiter is None or not limiter.acquire(blocking=False):  # cannot happen under the lock
-                            raise RuntimeError(f"slot bookkeeping error for {server.url}")
-                        server.requests += 1
-                        server.in_flight += 1
-                        server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    assert limiter is not None  # choose_server picks servers with free slots only
+                    fd = server.take_slot(limiter)
+                    if fd is None:  # another process took the last lease between the count and now
+                        free[index] = 0
+                        continue
+                    server.requests += 1
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     self._next = (index + 1) % len(self._servers)
-                    return server, limiter
+                    return server, limiter, fd
                 probing = any(s.probing for s in self._servers if s.url not in tried)
                 if not probing and not any(limiters):
                     raise self._all_down_error(tried, what)
-                # Full, or a probe is running: wait for a release, a probe result, or the end of a cool-down.
+                # Full, or a probe is running: wait for a release here (notified), one in another process (polled),
+                # a probe result, or the end of a cool-down.
                 timeout = 1.0 if next_expiry is None else min(1.0, max(0.01, next_expiry - now))
+                if any(limiters):
+                    timeout = min(timeout, poll)
+                    poll = min(poll * 2, _LEASE_POLL_MAX)
                 SLOTS_CHANGED.wait(timeout)
 
     def _release(self, server: _Server, limiter: SlotLimiter, *, ok: bool) -> None:
@@ -313,7 +358,7 @@ class LlamaRouter(ClosesOnExit):
         `ChatResult.server_url` says which server answered."""
         tried: dict[str, str] = {}
         while True:
-            server, limiter = self._pick(tried, "a chat completion", take_slot=True)
+            server, limiter, lease = self._pick(tried, "a chat completion", take_slot=True)
             assert limiter is not None
             ok = False
             try:
@@ -324,7 +369,7 @@ class LlamaRouter(ClosesOnExit):
                     temperature=temperature,
                     seed=seed,
                     extra=extra,
-                    slot_reserved=True,
+                    reserved_lease=lease,
                 )
                 ok = True
             except LlamaServerUnavailable as exc:
@@ -339,7 +384,7 @@ class LlamaRouter(ClosesOnExit):
         """`call` on a usable server (no slot taken: it runs no inference), moving on when one is unavailable."""
         tried: dict[str, str] = {}
         while True:
-            server, _ = self._pick(tried, what, take_slot=False)
+            server, _, _ = self._pick(tried, what, take_slot=False)
             try:
                 return call(server.client)
             except LlamaServerUnavailable as exc:

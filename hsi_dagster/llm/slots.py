@@ -215,7 +215,8 @@ class SlotLease:
         os.close(fd)
 
     def held(self) -> int:
-        """How many of this server's leases some process holds now (a probe: for tests and diagnostics)."""
+        """How many of this server's leases some process holds now: what the router counts as busy across every
+        process (a probe that takes each free lock for an instant)."""
         self._ensure_directory()
         count = 0
         for index in range(self.size):
@@ -235,17 +236,20 @@ class SlotLease:
 class ServerSlot:
     """One completion's hold on a server: this process's SlotLimiter (unless the caller already holds it, as the
     router does), then a cross-process SlotLease. A context manager that can be entered again after each exit, so
-    the transport holds it around every try and frees it during a retry's back-off."""
+    the transport holds it around every try and frees it during a retry's back-off.
 
-    def __init__(self, limiter: SlotLimiter | None, lease: SlotLease | None) -> None:
+    `held`: a lease the caller has already taken (the router takes it when it picks the server): the first entry
+    uses it instead of waiting for one; `discard` gives it back if the slot is never entered."""
+
+    def __init__(self, limiter: SlotLimiter | None, lease: SlotLease | None, held: int | None = None) -> None:
         self.limiter = limiter
         self.lease = lease
-        self._fd: int | None = None
+        self._fd: int | None = held
 
     def __enter__(self) -> ServerSlot:
         if self.limiter is not None:
             self.limiter.acquire()
-        if self.lease is not None:
+        if self.lease is not None and self._fd is None:
             try:
                 self._fd = self.lease.acquire()
             except BaseException:
@@ -253,6 +257,12 @@ class ServerSlot:
                     self.limiter.release()
                 raise
         return self
+
+    def discard(self) -> None:
+        """Give back a lease taken before the slot was entered (nothing when none is held)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            SlotLease.release(fd)
 
     def __exit__(self, *exc: object) -> None:
         try:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import threading
 import time
@@ -23,6 +24,7 @@ import pytest
 from hsi_dagster.llm.client import LlamaClient, LlamaServerUnavailable
 from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
 from hsi_dagster.llm.router import LlamaRouter, choose_server
+from hsi_dagster.llm.slots import SlotLease
 from hsi_dagster.resources import LlamaServerResource
 from tests.support.fake_llama import Reply
 from tests.support.llm_fixtures import start_embedded
@@ -32,6 +34,7 @@ fault = pytest.mark.fault
 
 SCHEMA = {"type": "object", "properties": {"risk": {"enum": ["low", "medium", "high"]}}, "required": ["risk"]}
 REAL_SERVER = {"CTX_SIZE": 4096, "PARALLEL": 1, "THREADS": 1}
+SPAWN = multiprocessing.get_context("spawn")  # a fresh interpreter, as another Dagster run is
 
 
 def ask(i: int) -> list[dict]:
@@ -207,6 +210,43 @@ def test_5xx_moves_the_request_but_a_healthy_server_stays_in(start_fake, fast_cl
         stats = router.stats()
     assert result.server_url == b.url and result.parsed == {"risk": "low"}
     assert stats[a.url].failed == 1 and stats[a.url].state == "up"
+
+
+def _hold_two_completions(url: str, lease_dir: str, verdicts: str) -> None:
+    """Another process (a spawned interpreter, as another Dagster run is): its own router over server A alone sends
+    two completions at once, holding both of A's slots until the (delayed) replies come."""
+    client = LlamaClient(url, slot_lease_dir=lease_dir, probe_cache_dir=verdicts, backoff_base=0.01, startup_timeout=30)
+    with LlamaRouter([client]) as router:
+        router.ensure_ready()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda i: router.chat_json(ask(i), SCHEMA, max_tokens=8), range(2)))
+
+
+@fault
+def test_router_picks_by_the_slots_free_across_processes(start_fake, fast_client, tmp_path: Path) -> None:
+    """FAKE servers A (2 slots) and B (1 slot), fault injection only. Another process's router holds both of A's
+    slots with slow completions; this process's router has nothing in flight, so its own counts say A 2 free, B 1.
+    Counting the shared leases, A has none free: the request goes to B at once instead of queueing for A."""
+    a = start_fake(total_slots=2)
+    b = start_fake(total_slots=1)
+    leases, verdicts = tmp_path / "leases", tmp_path / "verdicts"
+    options = {"slot_lease_dir": str(leases), "probe_cache_dir": verdicts}
+    with LlamaRouter([fast_client(a.url, **options), fast_client(b.url, **options)]) as router:
+        router.ensure_ready()  # the schema probes pass here and are shared: the other process skips them
+        a.script("/v1/chat/completions", Reply(delay=4.0), Reply(delay=4.0))
+        other = SPAWN.Process(target=_hold_two_completions, args=(a.url, str(leases), str(verdicts)))
+        other.start()
+        try:
+            a_leases = SlotLease(leases, a.url, 2)
+            wait_for(lambda: a_leases.held() == 2, timeout=60, what="the other process holding both of A's slots")
+            result = router.chat_json(ask(0), SCHEMA, max_tokens=8)
+            assert a_leases.held() == 2, "the other process's completions ended first: the test proves nothing"
+        finally:
+            other.join(60)
+            other.kill()
+    assert result.server_url == b.url and result.parsed == {"risk": "low"}
+    assert other.exitcode == 0
+    assert a.max_in_flight == 2 and a.count("/v1/chat/completions") == 1 + 2  # the probe, the other process's two
 
 
 @fault
