@@ -8,6 +8,7 @@ DuckDB, HTTP, Dagster or file I/O), and the module import graph layered and free
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,9 +43,16 @@ DAGSTER_ALLOWED = (
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE).as_posix()
-        yield relative, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    yield from _parsed()
+
+
+@functools.cache
+def _parsed() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of the package, parsed once per session."""
+    return tuple(
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    )
 
 
 def _allowed(relative: str, prefixes: tuple[str, ...]) -> bool:
@@ -318,10 +326,8 @@ def internal_imports(module: str, tree: ast.Module, modules: dict[str, str]) -> 
 
 def import_graph() -> dict[str, list[tuple[int, str]]]:
     modules = _module_names()
-    return {
-        module: internal_imports(module, ast.parse((PACKAGE / path).read_text(encoding="utf-8")), modules)
-        for module, path in modules.items()
-    }
+    trees = dict(_parsed())
+    return {module: internal_imports(module, trees[path], modules) for module, path in modules.items()}
 
 
 def layer_violations(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
