@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 if TYPE_CHECKING:
     from hsi_dagster.core.camera_profiles import CameraProfile
     from hsi_dagster.core.detections import Bounds
+    from hsi_dagster.core.evidence import EvidenceRules
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -162,6 +163,19 @@ class HsiSettings(BaseSettings):
         description="Served-model tokens per cl100k token, worst case (`hsi llm calibrate`); scales the estimates.",
     )
 
+    # --- history (issue 25; core/history.py): what is usual at this camera and hour, what the other cameras saw ---
+    HISTORY_ENABLED: bool = Field(True, description="Compute the baseline and cross-camera sections for each batch.")
+    HISTORY_DAYS: int = Field(14, ge=1, le=90, description="Local days before a batch's that its baseline counts.")
+    HISTORY_MIN_DAYS: int = Field(
+        7, ge=1, le=90, description="Days with any detection a camera needs before anything is called unusual."
+    )
+    HISTORY_UNUSUAL_MAX_FRACTION: float = Field(
+        0.1, ge=0, le=1, description="A label seen in this hour on at most this share of the days is unusual."
+    )
+    HISTORY_CROSS_CAMERA_MINUTES: float = Field(
+        10.0, gt=0, le=240, description="Minutes before a batch in which other cameras' activity is listed."
+    )
+
     # --- batching (contract section 2) ---
     BATCH_WINDOW_SECONDS: float = Field(90.0, gt=0)
     BATCH_IDLE_TIMEOUT_SECONDS: float = Field(30.0, gt=0)
@@ -172,6 +186,17 @@ class HsiSettings(BaseSettings):
     # A secret: a webhook URL often carries its token (ntfy, Slack, Home Assistant). Shown and stored redacted only.
     ALERT_WEBHOOK_URL: SecretStr | None = None
     ALERT_COOLDOWN_SECONDS: float = Field(600.0, ge=0)
+
+    # --- evidence floor (core/evidence.py): lists are comma-separated; empty = the built-in list ---
+    EVIDENCE_WEAPON_LABELS: Annotated[tuple[str, ...] | None, NoDecode] = None
+    EVIDENCE_TOOL_LABELS: Annotated[tuple[str, ...] | None, NoDecode] = None
+    EVIDENCE_HOSTILE_ACTIONS: Annotated[tuple[str, ...] | None, NoDecode] = None
+    EVIDENCE_PROBING_ACTIONS: Annotated[tuple[str, ...] | None, NoDecode] = None
+    EVIDENCE_VIOLENCE_THRESHOLD: float = Field(0.6, ge=0, le=1)
+    EVIDENCE_VIOLENCE_MIN_FRAMES: int = Field(2, ge=1, le=100)
+    EVIDENCE_NIGHT_START_HOUR: int = Field(23, ge=0, le=23)
+    EVIDENCE_NIGHT_END_HOUR: int = Field(5, ge=0, le=23)
+    EVIDENCE_LOITER_SECONDS: float = Field(60.0, gt=0)
 
     # --- Frigate input (contract section 5) ---
     FRIGATE_URL: str | None = Field(None, description="Frigate's API (http://frigate:5000); set = the sensor pulls.")
@@ -226,6 +251,21 @@ class HsiSettings(BaseSettings):
         if isinstance(value, str):
             return tuple(label.strip() for label in value.split(",") if label.strip())
         return value
+
+    @field_validator(
+        "EVIDENCE_WEAPON_LABELS",
+        "EVIDENCE_TOOL_LABELS",
+        "EVIDENCE_HOSTILE_ACTIONS",
+        "EVIDENCE_PROBING_ACTIONS",
+        mode="before",
+    )
+    @classmethod
+    def _split_vocabulary(cls, value: object) -> object:
+        """Comma-separated; empty (or only commas) = None, the built-in list (an empty vocabulary would silently
+        switch a rule off)."""
+        if isinstance(value, str):
+            value = tuple(entry.strip() for entry in value.split(",") if entry.strip())
+        return value or None
 
     @field_validator("GPU_LAYERS", mode="before")
     @classmethod
@@ -303,6 +343,26 @@ class HsiSettings(BaseSettings):
             enrichment_bytes=self.INGEST_MAX_ENRICHMENT_BYTES,
             enrichment_depth=self.INGEST_MAX_ENRICHMENT_DEPTH,
             raw_chars=self.QUARANTINE_RAW_MAX_CHARS,
+        )
+
+    def evidence_rules(self) -> EvidenceRules:
+        """The EVIDENCE_* settings as the floor's rules (unset lists: core/evidence.py's built-in ones)."""
+        from dataclasses import replace
+
+        from hsi_dagster.core.evidence import EvidenceRules
+
+        built_in = EvidenceRules()
+        return replace(
+            built_in,
+            weapon_labels=self.EVIDENCE_WEAPON_LABELS or built_in.weapon_labels,
+            tool_labels=self.EVIDENCE_TOOL_LABELS or built_in.tool_labels,
+            forcing_actions=self.EVIDENCE_HOSTILE_ACTIONS or built_in.forcing_actions,
+            probing_actions=self.EVIDENCE_PROBING_ACTIONS or built_in.probing_actions,
+            violence_threshold=self.EVIDENCE_VIOLENCE_THRESHOLD,
+            violence_min_frames=self.EVIDENCE_VIOLENCE_MIN_FRAMES,
+            night_start_hour=self.EVIDENCE_NIGHT_START_HOUR,
+            night_end_hour=self.EVIDENCE_NIGHT_END_HOUR,
+            loiter_seconds=self.EVIDENCE_LOITER_SECONDS,
         )
 
     @property
