@@ -80,12 +80,14 @@ PROBE_REGIONS = 8
 
 def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, str], list[Finding]]:
     """Camera id -> profile text the prompt carries (CAMERA_CONTEXT_PATH), or one camera without a profile."""
-    from hsi_dagster.core.camera_profiles import camera_profile_text
+    from hsi_dagster.core.camera_profiles import CameraProfileError, camera_profile_text
     from hsi_dagster.settings import load_camera_profiles
 
     if settings.CAMERA_CONTEXT_PATH:
         try:
             profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH)
+        except CameraProfileError as exc:  # e.g. an entry zone not in the camera's zones: every batch would fail
+            return {"camera_without_profile": ""}, [Finding("error", "CAMERA_CONTEXT_PATH", str(exc))]
         except Exception as exc:
             problem = Finding("warning", "CAMERA_CONTEXT_PATH", f"{exc}; the prompt floor is computed without profiles")
             return {"camera_without_profile": ""}, [problem]
@@ -285,6 +287,43 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
     return findings
 
 
+def _history(settings: HsiSettings) -> list[Finding]:
+    """History baselines (core/history.py) read the hour in each camera's time zone: name the cameras without one."""
+    if not settings.HISTORY_ENABLED:
+        return []
+    findings = []
+    if settings.HISTORY_MIN_DAYS > settings.HISTORY_DAYS:
+        findings.append(
+            Finding(
+                "error",
+                "HISTORY_MIN_DAYS",
+                f"{settings.HISTORY_MIN_DAYS} days of history needed but only HISTORY_DAYS={settings.HISTORY_DAYS} "
+                "are counted: no baseline would ever call anything unusual",
+            )
+        )
+    if not settings.CAMERA_CONTEXT_PATH:  # no profiles at all: the prompt says "UTC assumed" per batch
+        return findings
+    from hsi_dagster.core.camera_profiles import CameraProfileError
+    from hsi_dagster.core.history import profile_timezone
+    from hsi_dagster.settings import load_camera_profiles
+
+    try:
+        profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH)
+    except (CameraProfileError, OSError):
+        return findings  # reported by the prompt-floor check
+    without = sorted(camera for camera, profile in profiles.items() if profile_timezone(profile) is None)
+    if without:
+        findings.append(
+            Finding(
+                "warning",
+                "CAMERA_CONTEXT_PATH",
+                f"camera(s) without a timezone: {', '.join(without)}; their history baselines assume UTC (the prompt "
+                "says so), so an hour across a daylight-saving change is compared with the wrong one",
+            )
+        )
+    return findings
+
+
 def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None) -> list[Finding]:
     """Every inconsistency between `settings` (and the model, when its metadata is given), errors first."""
     findings = [
@@ -295,6 +334,7 @@ def check_config(settings: HsiSettings, model_meta: ModelMetadata | None = None)
         *_draft(settings, model_meta),
         *_moe(settings, model_meta),
         *_misc(settings, model_meta),
+        *_history(settings),
     ]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.level])

@@ -141,5 +141,26 @@ def test_the_floor_is_taken_on_the_longest_camera_profile(tmp_path):
     long_profile = findings(CTX_SIZE=7000, CAMERA_CONTEXT_PATH=str(profiles))["CTX_SIZE"]
     assert plain.level == "warning" and long_profile.level == "error" and "'gate'" in long_profile.message
     profiles.write_text("cameras:\n  gate:\n    notes:\n      - a: b\n")
-    unreadable = findings(CTX_SIZE=7000, CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"]
-    assert unreadable.level == "warning" and "computed without profiles" in unreadable.message
+    invalid = findings(CTX_SIZE=7000, CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"]
+    assert invalid.level == "error" and "camera 'gate'" in invalid.message  # every batch of it would fail
+
+
+def test_an_unknown_zone_in_a_camera_profile_is_an_error_naming_camera_and_zone(tmp_path):
+    profiles = tmp_path / "cameras.yaml"
+    profiles.write_text("cameras:\n  back:\n    zones: [patio, lawn]\n    entry_zones: [patio, back_door]\n")
+    found = findings(CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"]
+    assert found.level == "error"
+    assert "camera 'back'" in found.message and "'back_door'" in found.message and "entry_zones" in found.message
+    profiles.write_text("cameras:\n  back:\n    zones: [patio, lawn]\n    entry_zones: [patio]\n")
+    assert findings(CAMERA_CONTEXT_PATH=str(profiles)).get("CAMERA_CONTEXT_PATH") is None or (
+        findings(CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"].level != "error"
+    )
+
+
+def test_cameras_without_a_time_zone_are_named_for_history(tmp_path):
+    profiles = tmp_path / "cameras.yaml"
+    profiles.write_text("cameras:\n  porch: {timezone: Europe/Paris}\n  garage: {}\n  back_door: {description: rear}\n")
+    found = findings(CAMERA_CONTEXT_PATH=str(profiles))["CAMERA_CONTEXT_PATH"]
+    assert found.level == "warning" and "without a timezone: back_door, garage;" in found.message
+    assert "CAMERA_CONTEXT_PATH" not in findings(CAMERA_CONTEXT_PATH=str(profiles), HISTORY_ENABLED=False)
+    assert findings(HISTORY_DAYS=5, HISTORY_MIN_DAYS=7)["HISTORY_MIN_DAYS"].level == "error"
