@@ -5,15 +5,18 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 
 from hsi_dagster.assets.assessments import risk_assessments
+from hsi_dagster.assets.baselines import camera_baselines
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
+from hsi_dagster.core.history import HistoryRules
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_ids_closed_before
 from hsi_dagster.storage.db import DatabaseNotFound
+from hsi_dagster.storage.history import prune_activity
 
 # One run per batch. Steps mostly wait on HTTP, so they run in the run's own process: a subprocess per step would
 # add seconds per batch (see the README's overhead figures).
@@ -55,9 +58,25 @@ def prune_batch_partitions(
     return len(doomed)
 
 
-@dg.job(description="Keep the number of batch partitions bounded.")
+@dg.op(description="Drop camera_activity buckets older than the history window (HISTORY_DAYS + 2 days).")
+def prune_camera_activity(
+    context: dg.OpExecutionContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> int:
+    cutoff = datetime.now(UTC) - timedelta(days=HistoryRules.from_settings(pipeline_settings.get()).keep_days)
+    try:
+        with duckdb.get_connection() as conn:
+            pruned = prune_activity(conn, cutoff)
+    except DatabaseNotFound as exc:
+        context.log.info(f"nothing to prune: {exc}")
+        return 0
+    context.log.info(f"dropped {pruned} camera_activity buckets before {cutoff.isoformat()}")
+    return pruned
+
+
+@dg.job(description="Keep the number of batch partitions and the history aggregate bounded.")
 def partition_retention_job():
     prune_batch_partitions()
+    prune_camera_activity()
 
 
 partition_retention_schedule = dg.ScheduleDefinition(
@@ -65,7 +84,25 @@ partition_retention_schedule = dg.ScheduleDefinition(
     job=partition_retention_job,
     cron_schedule="17 3 * * *",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster only.",
+    description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster (DuckDB "
+    "rows stay) and history aggregate buckets older than HISTORY_DAYS + 2.",
+)
+
+
+camera_baselines_job = dg.define_asset_job(
+    "camera_baselines_job",
+    selection=[camera_baselines],
+    executor_def=dg.in_process_executor,
+    description="Re-derive the history aggregate from the detections and show what is usual per camera and hour.",
+)
+
+camera_baselines_schedule = dg.ScheduleDefinition(
+    name="camera_baselines",
+    job=camera_baselines_job,
+    cron_schedule="23 0 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily: camera_baselines (batches do not wait for it: ingest keeps the aggregate current).",
 )
 
 

@@ -1,9 +1,13 @@
 """`enriched_contexts`: what the vision models saw in a batch, deduplicated and filtered, at the chosen quality."""
 
+import time
+
 import dagster as dg
 
+from hsi_dagster.assets.baselines import batch_history, camera_baselines, history_metadata
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.core.enrichment import build_context
+from hsi_dagster.core.history import HistoryRules
 from hsi_dagster.core.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
@@ -13,7 +17,7 @@ from hsi_dagster.storage.pipeline_tables import save_context
 
 @dg.asset(
     partitions_def=batch_partitions,
-    deps=[detection_batches],
+    deps=[detection_batches, camera_baselines],  # lineage only: the batch job does not wait for camera_baselines
     group_name="pipeline",
     kinds={"duckdb"},
 )
@@ -23,15 +27,21 @@ def enriched_contexts(
     enrichment: EnrichmentResource,
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.MaterializeResult:
-    """Detections summary, scene and one section per enrichment type; types late past the time limit are listed."""
+    """Detections summary, scene and one section per enrichment type; types late past the time limit are listed;
+    with HISTORY_ENABLED, what this camera usually sees at this hour and what the other cameras saw just before."""
     settings = pipeline_settings.get()
+    profiles = pipeline_settings.camera_profiles()
+    history, history_s = None, 0.0
     with duckdb.get_connection() as conn:
         batch, batch_detections = load_batch(conn, context.partition_key)
+        if settings.HISTORY_ENABLED:
+            started = time.perf_counter()
+            history = batch_history(conn, batch, batch_detections, profiles, HistoryRules.from_settings(settings))
+            history_s = time.perf_counter() - started
     types = QUALITY_LEVEL_TYPES[settings.ENRICHMENT_QUALITY_LEVEL]
     fetched = enrichment.fetch(batch, batch_detections, types)
     for error in fetched.errors:
         context.log.warning(f"batch {context.partition_key}: enrichment: {error}")
-    profiles = pipeline_settings.camera_profiles()
     enriched = build_context(
         batch,
         fetched.detections,
@@ -41,6 +51,7 @@ def enriched_contexts(
         missing_types=fetched.missing_types,
         fast_path_labels=settings.FAST_PATH_LABELS,
         fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
+        history=history,
     )
     with duckdb.get_connection() as conn:
         save_context(
@@ -57,5 +68,7 @@ def enriched_contexts(
             "types_included": ", ".join(enriched.types_included),
             "missing_enrichment": ", ".join(fetched.missing_types) or "none",
             "enrichment_s": round(fetched.elapsed_s, 3),
+            "history_s": round(history_s, 4),
+            **history_metadata(history),
         }
     )

@@ -5,7 +5,11 @@ The file (YAML or JSON; `CAMERA_CONTEXT_PATH`) has a top-level `cameras` mapping
     cameras:
       front_door:
         description: Porch camera facing the street.
-        timezone: Europe/Paris          # IANA name; sets time of day (default UTC)
+        timezone: Europe/Paris          # IANA name; sets time of day (default UTC; `hsi config check` names cameras
+                                        # without one: their history baselines assume UTC)
+        approached_from: [driveway]     # history: cameras a visitor passes just before this one
+        entry_point: true               # history: this camera watches a way into the house
+        former_camera_ids: [porch]      # history: ids this camera had before a rename (their history counts)
         expected_deliveries: ["Parcel carriers weekdays 09:00-19:00"]
         resident_vehicles: [{description: white hatchback, plate: AB-123-CD}]
         pets: [{species: dog, description: black labrador}]
@@ -35,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 _HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 ZoneName = Annotated[str, Field(min_length=1, max_length=64)]
+CameraId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
 
 class CameraProfileError(ValueError):
@@ -83,6 +88,11 @@ class CameraProfile(_Strict):
     zones: list[ZoneName] = Field(default_factory=list, max_length=50)
     entry_zones: list[ZoneName] = Field(default_factory=list, max_length=50)
     private_zones: list[ZoneName] = Field(default_factory=list, max_length=50)
+    # history (core/history.py): the cameras a visitor passes just before this one (street -> driveway -> back
+    # door: back_door is approached_from [driveway]), whether it watches a way in, and the ids it had before a rename
+    approached_from: list[CameraId] = Field(default_factory=list, max_length=20)
+    entry_point: bool = False
+    former_camera_ids: list[CameraId] = Field(default_factory=list, max_length=20)
 
     @model_validator(mode="after")
     def _zones_known(self) -> CameraProfile:
@@ -136,6 +146,10 @@ class CameraProfile(_Strict):
             lines.append("entry zones (doors, gates, windows): " + ", ".join(self.entry_zones))
         if self.private_zones:
             lines.append("private zones: " + ", ".join(self.private_zones))
+        if self.approached_from:
+            lines.append("approached from cameras: " + ", ".join(self.approached_from))
+        if self.entry_point:
+            lines.append("watches an entry point of the house")
         for note in self.notes:
             lines.append(f"note: {note}")
         return "\n".join(lines)

@@ -88,6 +88,21 @@ class HistoryRules:
     cross_camera_minutes: float = 10.0
     max_events: int = 12
 
+    @property
+    def keep_days(self) -> int:
+        """Days of the activity aggregate kept (retention) and re-derived (camera_baselines): the window + margin."""
+        return self.days + 2
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> HistoryRules:
+        """From HsiSettings' HISTORY_* values (duck-typed: core does not import the settings)."""
+        return cls(
+            days=settings.HISTORY_DAYS,
+            min_days=settings.HISTORY_MIN_DAYS,
+            unusual_max_fraction=settings.HISTORY_UNUSUAL_MAX_FRACTION,
+            cross_camera_minutes=settings.HISTORY_CROSS_CAMERA_MINUTES,
+        )
+
 
 # ----------------------------------------------------------------------------------------------- inputs
 @dataclass(frozen=True)
@@ -404,3 +419,37 @@ def history_facts_from_json(
         data, camera_id=camera_id, batch_start=batch_start, batch_labels=batch_labels, timezone=timezone, rules=rules
     )
     return history_facts(inputs, rules)
+
+
+# ----------------------------------------------------------------------------------------------- daily summary
+def usual_hours(
+    buckets: Iterable[tuple[datetime, str]], timezone: str | None, *, now: datetime, days: int
+) -> tuple[int, dict[str, tuple[int, ...]]]:
+    """(days with any activity, label -> local hours it was seen in on at least half of those days) over the
+    `days` local days before `now`'s: what the `camera_baselines` asset shows per camera."""
+    tz, _ = resolve_zone(timezone)
+    today = _as_utc(now).astimezone(tz).date()
+    seen: dict[tuple[str, int], set[date]] = {}
+    active: set[date] = set()
+    for start, label in buckets:
+        local = _as_utc(start).astimezone(tz)
+        if not 1 <= (today - local.date()).days <= days:
+            continue
+        active.add(local.date())
+        seen.setdefault((label, local.hour), set()).add(local.date())
+    usual: dict[str, list[int]] = {}
+    for (label, hour), dates in sorted(seen.items()):
+        if active and len(dates) >= len(active) / 2:
+            usual.setdefault(label, []).append(hour)
+    return len(active), {label: tuple(hours) for label, hours in usual.items()}
+
+
+def hours_text(hours: Sequence[int]) -> str:
+    """(7, 8, 9, 17, 23) -> '07-10, 17-18, 23-24' (local hour ranges)."""
+    ranges: list[list[int]] = []
+    for hour in sorted(hours):
+        if ranges and ranges[-1][1] == hour:
+            ranges[-1][1] = hour + 1
+        else:
+            ranges.append([hour, hour + 1])
+    return ", ".join(f"{lo:02d}-{hi:02d}" for lo, hi in ranges)
