@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from hsi_dagster.assets.assessments import risk_assessments
+from hsi_dagster.assets.baselines import camera_baselines
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.evaluation import evaluation
@@ -26,6 +27,8 @@ from hsi_dagster.assets.timeline import risk_timeline
 from hsi_dagster.core.budget import preload_tokenizer
 from hsi_dagster.jobs import (
     batch_pipeline_job,
+    camera_baselines_job,
+    camera_baselines_schedule,
     ingest_job,
     partition_retention_job,
     partition_retention_schedule,
@@ -42,12 +45,14 @@ from hsi_dagster.resources import (
     PipelineSettingsResource,
 )
 from hsi_dagster.resources.frigate import FrigateResource
+from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import (
     batch_window_sensor,
     frigate_events_sensor,
     high_risk_alert_sensor,
     inbox_sensor,
     unassessed_fast_path_sensor,
+    verdict_publisher_sensor,
 )
 from hsi_dagster.settings import HsiSettings, dagster_dotenv_settings, load_settings
 
@@ -88,6 +93,19 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             page_size=settings.FRIGATE_API_PAGE_SIZE,
             settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
         ),
+        "mqtt": MqttPublisherResource(
+            enabled=settings.MQTT_PUBLISH,
+            host=settings.MQTT_HOST,
+            port=settings.MQTT_PORT,
+            username=settings.MQTT_USERNAME,
+            password=dg.EnvVar("MQTT_PASSWORD") if settings.MQTT_PASSWORD else None,
+            tls=settings.MQTT_TLS,
+            ca_file=settings.MQTT_CA_FILE,
+            client_id=settings.MQTT_PUBLISH_CLIENT_ID,
+            topic_prefix=settings.MQTT_TOPIC_PREFIX,
+            discovery_prefix=settings.MQTT_DISCOVERY_PREFIX,
+            connect_timeout_seconds=settings.MQTT_CONNECT_TIMEOUT_SECONDS,
+        ),
         "pipeline_settings": PipelineSettingsResource.from_settings(settings),
     }
 
@@ -105,6 +123,7 @@ def configuration_warnings(settings: HsiSettings, environ: Mapping[str, str], di
     for name, value, resource in (
         ("LLAMA_API_KEY", settings.api_key, "llm"),
         ("ALERT_WEBHOOK_URL", settings.alert_webhook_url, "alert_webhook"),
+        ("MQTT_PASSWORD", settings.MQTT_PASSWORD, "mqtt"),
     ):
         if value and not environ.get(name):
             warnings.append(
@@ -124,21 +143,23 @@ defs = dg.Definitions(
     assets=[
         detections,
         detection_batches,
+        camera_baselines,
         enriched_contexts,
         budgeted_prompts,
         risk_assessments,
         risk_timeline,
         evaluation,
     ],
-    jobs=[batch_pipeline_job, ingest_job, partition_retention_job, risk_timeline_job],
+    jobs=[batch_pipeline_job, ingest_job, partition_retention_job, risk_timeline_job, camera_baselines_job],
     sensors=[
         batch_window_sensor,
         inbox_sensor,
         high_risk_alert_sensor,
         unassessed_fast_path_sensor,
         frigate_events_sensor,
+        verdict_publisher_sensor,
     ],
-    schedules=[partition_retention_schedule, risk_timeline_schedule],
+    schedules=[partition_retention_schedule, risk_timeline_schedule, camera_baselines_schedule],
     resources=build_resources(loaded_settings),
     # Every launch path without a job of its own (`dagster asset materialize`, `dg launch --assets`, the UI's
     # Materialize button, asset backfills) runs the implicit asset job: its steps mostly wait on HTTP, so they run in

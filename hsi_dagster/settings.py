@@ -124,6 +124,12 @@ class HsiSettings(BaseSettings):
         description="How much older than its inbox file a detection can be (a writer that collects a second of "
         "detections per file: 1 s); a window is decided only this long after it closes.",
     )
+    INBOX_RETENTION_HOURS: float = Field(
+        24.0,
+        ge=0,
+        description="Loaded inbox files are moved to <inbox>/.processed/ and deleted there after this many hours; "
+        "0 = deleted as soon as they are loaded and recorded.",
+    )
 
     # --- ingest bounds (contract section 6; README "Bounds"): over a bound, a required field quarantines the record,
     # optional enrichment is cut to the bound and the detection kept (the cut listed in detections.enrichment_cuts) ---

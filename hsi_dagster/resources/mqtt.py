@@ -1,0 +1,199 @@
+"""`MqttPublisherResource`: the broker the verdicts are published on (paho-mqtt, MQTT v5, QoS 1).
+
+Each sensor tick opens one short session: connect (bounded by MQTT_CONNECT_TIMEOUT_SECONDS), publish, wait for
+every PUBACK, disconnect. Availability without a process that stays connected: the connection's last will is
+`offline` (retained) with a Will Delay Interval, and the session outlives the connection (clean_start false, a
+session expiry). The tick's `online` is retained; it ends with DISCONNECT "with will message", so the broker
+publishes `offline` only if no new connection resumes the session within the delay, i.e. once the ticks stop
+(MQTT 5, section 3.1.3.2.2). A crash or a lost network publishes the will the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from hsi_dagster.core.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
+
+WILL_DELAY_SECONDS = 120  # the entities turn unavailable this long after the last tick (ticks every 15 s)
+SESSION_EXPIRY_SECONDS = 600  # longer than the will delay: the next tick resumes the session, cancelling the will
+MAX_IN_FLIGHT = 50  # messages published before waiting for their acknowledgements
+_DISCONNECT_WITH_WILL = 4  # MQTT 5 DISCONNECT reason code 0x04
+
+
+class MqttError(RuntimeError):
+    """The broker could not be used; the message names it and what happened."""
+
+
+class MqttUnavailable(MqttError):
+    """No answer (nothing listening, a firewall, a broker that never sends CONNACK) within the timeout."""
+
+
+class MqttRefused(MqttError):
+    """The broker answered and refused the connection (credentials, authorisation, client id)."""
+
+
+class MqttSession:
+    """One connected client; `publish` returns how many of the messages were acknowledged, in order."""
+
+    def __init__(self, client: Any, timeout_seconds: float) -> None:
+        self.client = client
+        self.timeout_seconds = timeout_seconds
+
+    def publish(self, messages: Sequence[Message]) -> int:
+        """Publish with QoS 1 and wait for the PUBACKs (at most MAX_IN_FLIGHT outstanding); the count of messages
+        acknowledged before the first that was not (a lost connection, a timeout)."""
+        acknowledged = 0
+        for start in range(0, len(messages), MAX_IN_FLIGHT):
+            chunk = messages[start : start + MAX_IN_FLIGHT]
+            infos = [self.client.publish(m.topic, m.payload, qos=1, retain=m.retain) for m in chunk]
+            deadline = time.monotonic() + self.timeout_seconds
+            for info in infos:
+                if info.rc != 0:
+                    return acknowledged
+                try:
+                    info.wait_for_publish(timeout=max(0.0, deadline - time.monotonic()))
+                except (RuntimeError, ValueError):
+                    return acknowledged
+                if not info.is_published():
+                    return acknowledged
+                acknowledged += 1
+        return acknowledged
+
+    def read_retained(self, topic: str, wait_seconds: float = 1.0) -> bytes | None:
+        """The retained payload on `topic`, or None when there is none within `wait_seconds`."""
+        got: list[bytes] = []
+        arrived = threading.Event()
+
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            if message.topic == topic:
+                got.append(bytes(message.payload))
+                arrived.set()
+
+        self.client.on_message = on_message
+        self.client.subscribe(topic, qos=1)
+        arrived.wait(wait_seconds)
+        self.client.unsubscribe(topic)
+        return got[0] if got else None
+
+
+class MqttPublisherResource(dg.ConfigurableResource):
+    """The outbound broker (MQTT_HOST, MQTT_PORT, MQTT_TLS, MQTT_USERNAME, MQTT_PASSWORD via dg.EnvVar) and topics."""
+
+    enabled: bool = Field(False, description="MQTT_PUBLISH: publish verdicts at all.")
+    host: str = "127.0.0.1"
+    port: int = 1883
+    username: str | None = None
+    password: str | None = Field(None, description="MQTT_PASSWORD, as dg.EnvVar: never a plain value.")
+    tls: bool = False
+    ca_file: str | None = None
+    client_id: str = "hsi-verdicts"
+    topic_prefix: str = "hsi"
+    discovery_prefix: str = "homeassistant"
+    connect_timeout_seconds: float = 5.0
+
+    @property
+    def broker(self) -> str:
+        return f"mqtt{'s' if self.tls else ''}://{self.host}:{self.port}"
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(
+            check_topic_prefix(self.topic_prefix, "MQTT_TOPIC_PREFIX"),
+            check_topic_prefix(self.discovery_prefix, "MQTT_DISCOVERY_PREFIX"),
+        )
+
+    def _client(self, client_id: str, *, with_will: bool) -> Any:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+        client.max_inflight_messages_set(MAX_IN_FLIGHT)
+        if self.username:
+            client.username_pw_set(self.username, self.password or None)
+        if self.tls:
+            client.tls_set(ca_certs=self.ca_file or None)
+        if with_will:
+            will = Properties(PacketTypes.WILLMESSAGE)
+            will.WillDelayInterval = WILL_DELAY_SECONDS
+            client.will_set(self.topics.availability, NOT_AVAILABLE, qos=1, retain=True, properties=will)
+        client.reconnect_delay_set(1, 5)
+        return client
+
+    def _connect(self, client: Any, *, resume_session: bool) -> None:
+        """Connect and wait for the CONNACK: MqttRefused / MqttUnavailable say why not, naming the broker."""
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        answered = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def on_connect(client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any) -> None:
+            outcome["reason"] = reason_code
+            answered.set()
+
+        def on_connect_fail(client: Any, userdata: Any) -> None:
+            outcome.setdefault("failures", 0)
+            outcome["failures"] += 1
+
+        client.on_connect = on_connect
+        client.on_connect_fail = on_connect_fail
+        properties = Properties(PacketTypes.CONNECT)
+        properties.SessionExpiryInterval = SESSION_EXPIRY_SECONDS if resume_session else 0
+        client.connect_async(self.host, self.port, keepalive=30, clean_start=not resume_session, properties=properties)
+        client.loop_start()
+        if not answered.wait(self.connect_timeout_seconds):
+            _stop(client)
+            tried = f" ({outcome['failures']} connection attempts failed)" if outcome.get("failures") else ""
+            raise MqttUnavailable(
+                f"MQTT broker {self.broker} did not answer within {self.connect_timeout_seconds:g} s{tried}: is it "
+                "running and reachable (MQTT_HOST, MQTT_PORT, MQTT_TLS)?"
+            )
+        reason = outcome["reason"]
+        if reason.is_failure:
+            _stop(client)
+            hint = ""
+            if reason.value in (0x86, 0x87, 0x04, 0x05):  # bad user name or password, not authorized (v5 and v3)
+                hint = ": check MQTT_USERNAME and MQTT_PASSWORD"
+            raise MqttRefused(f"MQTT broker {self.broker} refused the connection ({reason}){hint}")
+
+    @contextmanager
+    def session(self) -> Iterator[MqttSession]:
+        """The publisher's session: `online` retained on entry, the will armed for when the ticks stop."""
+        client = self._client(self.client_id, with_will=True)
+        self._connect(client, resume_session=True)
+        session = MqttSession(client, self.connect_timeout_seconds)
+        try:
+            session.publish([Message(self.topics.availability, AVAILABLE.encode(), retain=True)])
+            yield session
+        finally:
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.reasoncodes import ReasonCode
+
+            client.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=_DISCONNECT_WITH_WILL))
+            _stop(client)
+
+    @contextmanager
+    def probe(self) -> Iterator[MqttSession]:
+        """A separate, clean session (no will, its own client id): `hsi mqtt status` and the tests' subscribers."""
+        client = self._client(f"{self.client_id}-status", with_will=False)
+        self._connect(client, resume_session=False)
+        try:
+            yield MqttSession(client, self.connect_timeout_seconds)
+        finally:
+            client.disconnect()
+            _stop(client)
+
+
+def _stop(client: Any) -> None:
+    try:
+        client.loop_stop()
+    except Exception:  # the network thread is gone already
+        pass

@@ -1,0 +1,260 @@
+"""What the verdict publisher sent on MQTT, keyed by batch (migration 8), and what it has still to send.
+
+- `mqtt_outbox`: one row per verdict (`verdict:<batch_id>`) or evidence alert (`evidence:<alert_key>`) once every
+  message it called for was acknowledged by the broker (QoS 1 PUBACK). What has no row is pending: a restart
+  sends it, a broker that was down gets it when it is back; what has a row is never sent again.
+- `mqtt_cameras`: the cameras with Home Assistant entities, the retained topics each owns (to remove them), a hash
+  of its discovery payloads (re-sent when they change) and the window of the verdict in its retained state.
+- `mqtt_publisher`: from when verdicts are published (the first tick: the hour before it; older verdicts never
+  reach a phone), and the last connection outcome for `hsi mqtt status`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from hsi_dagster.core.mqtt_messages import EvidenceAlert, StoredVerdict, reasons_from
+
+PUBLISHER = "verdicts"
+FIRST_TICK_LOOKBACK = timedelta(hours=1)
+MAX_FACTOR_REASONS = 5
+
+
+@dataclass(frozen=True)
+class CameraRecord:
+    camera_id: str
+    retained_topics: tuple[str, ...]
+    discovery_sha256: str
+    last_window_start: datetime | None
+    removed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Published:
+    """A verdict or alert whose messages the broker acknowledged."""
+
+    key: str
+    camera_id: str
+    batch_id: str | None
+    sent: str  # state, event, state+event, superseded (its state was replaced by a newer verdict's in the same tick)
+    window_start: datetime | None
+
+
+def verdict_key(batch_id: str) -> str:
+    return f"verdict:{batch_id}"
+
+
+def evidence_key(alert_key: str) -> str:
+    return f"evidence:{alert_key}"
+
+
+# ------------------------------------------------------------------------------------------------ publisher state
+def publisher_since(conn: duckdb.DuckDBPyConnection, now: datetime) -> datetime:
+    """From when verdicts are published; set at the first call (the hour before `now`)."""
+    row = conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [PUBLISHER]).fetchone()
+    if row is not None:
+        return row[0]
+    since = now - FIRST_TICK_LOOKBACK
+    conn.execute(
+        "INSERT INTO mqtt_publisher (name, since, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+        [PUBLISHER, since, now],
+    )
+    return conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [PUBLISHER]).fetchone()[0]  # type: ignore[index]
+
+
+def record_connection(conn: duckdb.DuckDBPyConnection, error: str | None, now: datetime) -> None:
+    """The last tick's connection outcome (None = connected)."""
+    conn.execute(
+        "UPDATE mqtt_publisher SET last_error = ?, updated_at = ?,"
+        " last_connected_at = CASE WHEN ? IS NULL THEN ? ELSE last_connected_at END WHERE name = ?",
+        [error, now, error, now, PUBLISHER],
+    )
+
+
+# ------------------------------------------------------------------------------------------------ pending work
+def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    rows = conn.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]).fetchall()
+    return {row[0] for row in rows}
+
+
+def _factor_reasons(assessment: Any) -> tuple[str, ...]:
+    """The model's risk factors as reasons, when the evidence floor gave none."""
+    try:
+        data = json.loads(assessment) if isinstance(assessment, str) else assessment
+    except ValueError:
+        return ()
+    factors = data.get("risk_factors") if isinstance(data, dict) else None
+    if not isinstance(factors, list):
+        return ()
+    lines = []
+    for factor in factors[:MAX_FACTOR_REASONS]:
+        if isinstance(factor, dict) and factor.get("factor_name"):
+            description = str(factor.get("description") or "").strip()
+            lines.append(f"{factor['factor_name']}: {description}" if description else str(factor["factor_name"]))
+    return reasons_from(lines)
+
+
+def pending_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
+    """Valid assessments since `since` with no outbox row, per camera in window order (then assessment order)."""
+    present = _columns(conn, "risk_assessments")
+    optional = ", ".join(
+        f"r.{name}" if name in present else f"NULL AS {name}"
+        for name in ("floor_score", "floor_reasons", "model_score")
+    )
+    rows = conn.execute(
+        f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
+                   r.assessed_at, {optional}
+            FROM risk_assessments r LEFT JOIN detection_batches b USING (batch_id)
+            WHERE r.status = 'ok' AND r.risk_level IS NOT NULL AND r.assessed_at >= $since
+              AND NOT EXISTS (SELECT 1 FROM mqtt_outbox o WHERE o.message_key = 'verdict:' || r.batch_id)
+            ORDER BY r.camera_id, coalesce(b.started_at, r.assessed_at), r.assessed_at, r.batch_id
+            LIMIT $limit""",
+        {"since": since, "limit": limit},
+    ).fetchall()
+    verdicts = []
+    for batch_id, camera_id, level, score, summary, assessment, started, assessed, floor, floor_reasons, model in rows:
+        reasons = reasons_from(floor_reasons) or _factor_reasons(assessment)
+        verdicts.append(
+            StoredVerdict(batch_id, camera_id, level, score, summary, reasons, started, assessed, floor, model)
+        )
+    return verdicts
+
+
+def pending_evidence_alerts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[EvidenceAlert]:
+    """evidence_alerts rows (INTERFACES.md) created since `since` with no outbox row, in detection order; [] until
+    the table exists."""
+    if not _columns(conn, "evidence_alerts"):
+        return []
+    rows = conn.execute(
+        """SELECT alert_key, camera_id, risk_level, risk_score, reasons, detected_at, created_at, track_id, batch_id
+           FROM evidence_alerts a
+           WHERE a.created_at >= $since
+             AND NOT EXISTS (SELECT 1 FROM mqtt_outbox o WHERE o.message_key = 'evidence:' || a.alert_key)
+           ORDER BY camera_id, detected_at, alert_key
+           LIMIT $limit""",
+        {"since": since, "limit": limit},
+    ).fetchall()
+    return [
+        EvidenceAlert(key, camera, level, score, reasons_from(reasons), detected, created, track, batch)
+        for key, camera, level, score, reasons, detected, created, track, batch in rows
+    ]
+
+
+def backlog(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Pending verdicts and evidence alerts per camera (what the next tick would send)."""
+    row = conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [PUBLISHER]).fetchone()
+    if row is None:
+        return {}
+    counts: dict[str, int] = {}
+    pending: list[StoredVerdict | EvidenceAlert] = [
+        *pending_verdicts(conn, row[0], 1_000_000),
+        *pending_evidence_alerts(conn, row[0], 1_000_000),
+    ]
+    for item in pending:
+        counts[item.camera_id] = counts.get(item.camera_id, 0) + 1
+    return counts
+
+
+def assessed_cameras(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every camera with a stored valid assessment (the cameras when no camera profile file names them)."""
+    rows = conn.execute("SELECT DISTINCT camera_id FROM risk_assessments WHERE status = 'ok' ORDER BY 1").fetchall()
+    return [row[0] for row in rows]
+
+
+# ------------------------------------------------------------------------------------------------ cameras
+def cameras(conn: duckdb.DuckDBPyConnection) -> dict[str, CameraRecord]:
+    rows = conn.execute(
+        "SELECT camera_id, retained_topics, discovery_sha256, last_window_start, removed_at FROM mqtt_cameras"
+    ).fetchall()
+    return {
+        camera: CameraRecord(camera, tuple(json.loads(topics)), sha, window, removed)
+        for camera, topics, sha, window, removed in rows
+    }
+
+
+def record_discovery(
+    conn: duckdb.DuckDBPyConnection, camera_id: str, topics: Sequence[str], sha256: str, now: datetime
+) -> None:
+    conn.execute(
+        """INSERT INTO mqtt_cameras (camera_id, retained_topics, discovery_sha256, discovered_at)
+           VALUES (?, ?, ?, ?)
+           ON CONFLICT (camera_id) DO UPDATE SET retained_topics = excluded.retained_topics,
+               discovery_sha256 = excluded.discovery_sha256, discovered_at = excluded.discovered_at,
+               removed_at = NULL""",
+        [camera_id, json.dumps(list(topics)), sha256, now],
+    )
+
+
+def record_removal(conn: duckdb.DuckDBPyConnection, camera_id: str, now: datetime) -> None:
+    conn.execute(
+        "UPDATE mqtt_cameras SET removed_at = ?, discovery_sha256 = '', last_window_start = NULL WHERE camera_id = ?",
+        [now, camera_id],
+    )
+
+
+# ------------------------------------------------------------------------------------------------ published
+def record_published(conn: duckdb.DuckDBPyConnection, published: Iterable[Published], now: datetime) -> None:
+    """Outbox rows for what the broker acknowledged, and each camera's retained-state window, in one transaction."""
+    items = list(published)
+    if not items:
+        return
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        conn.executemany(
+            "INSERT INTO mqtt_outbox (message_key, camera_id, batch_id, sent, window_start, published_at)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (message_key) DO NOTHING",
+            [(p.key, p.camera_id, p.batch_id, p.sent, p.window_start, now) for p in items],
+        )
+        for item in items:
+            if "state" in item.sent.split("+"):
+                conn.execute(
+                    "UPDATE mqtt_cameras SET last_window_start = ? WHERE camera_id = ?",
+                    [item.window_start, item.camera_id],
+                )
+        conn.execute("COMMIT")
+    except Exception:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def last_publish_per_camera(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Per camera: the last acknowledged publish, what it was, its batch, and whether the camera's entities exist."""
+    rows = conn.execute(
+        """SELECT o.camera_id, max(o.published_at), arg_max(o.sent, o.published_at),
+                  arg_max(o.batch_id, o.published_at), count(*),
+                  any_value(c.removed_at IS NULL AND c.camera_id IS NOT NULL)
+           FROM mqtt_outbox o LEFT JOIN mqtt_cameras c USING (camera_id)
+           GROUP BY o.camera_id ORDER BY o.camera_id"""
+    ).fetchall()
+    return [
+        {
+            "camera_id": camera,
+            "last_published_at": published.isoformat() if published else None,
+            "last_sent": sent,
+            "last_batch_id": batch,
+            "published": count,
+            "entities": bool(entities),
+        }
+        for camera, published, sent, batch, count, entities in rows
+    ]
+
+
+def publisher_state(conn: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    row = conn.execute(
+        "SELECT since, last_connected_at, last_error, updated_at FROM mqtt_publisher WHERE name = ?", [PUBLISHER]
+    ).fetchone()
+    if row is None:
+        return None
+    since, connected, error, updated = row
+    return {
+        "since": since.isoformat(),
+        "last_connected_at": connected.isoformat() if connected else None,
+        "last_error": error,
+        "last_tick_at": updated.isoformat() if updated else None,
+    }
