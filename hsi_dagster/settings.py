@@ -227,7 +227,7 @@ class HsiSettings(BaseSettings):
     MQTT_TOPIC_PREFIX: str = Field("hsi", description="Prefix of the published topics; no wildcards (+, #).")
     MQTT_DISCOVERY_PREFIX: str = Field("homeassistant", description="Home Assistant's MQTT discovery prefix.")
     MQTT_PUBLISH_CLIENT_ID: str = Field(
-        "hsi-verdicts", min_length=1, description="The publisher's client id (not MQTT_CLIENT_ID: that is the listener)."
+        "hsi-verdicts", min_length=1, description="The publisher's client id (MQTT_CLIENT_ID is the listener's)."
     )
     MQTT_CONNECT_TIMEOUT_SECONDS: float = Field(5.0, gt=0, le=60, description="Longest wait for the broker's answer.")
     FRIGATE_WRITEBACK: Literal["off", "description", "sub_label", "both"] = Field(
