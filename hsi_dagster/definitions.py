@@ -41,14 +41,15 @@ from hsi_dagster.resources import (
     HsiDuckDBResource,
     HttpEnrichmentResource,
     InlineEnrichmentResource,
-    LlamaServerResource,
     PipelineSettingsResource,
 )
 from hsi_dagster.resources.frigate import FrigateResource
+from hsi_dagster.resources.llm import llama_server_resource
 from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import (
     batch_window_sensor,
     frigate_events_sensor,
+    frigate_writeback_sensor,
     high_risk_alert_sensor,
     inbox_sensor,
     unassessed_fast_path_sensor,
@@ -71,17 +72,7 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
     dg.EnvVar, only when set."""
     return {
         "duckdb": HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH),
-        "llm": LlamaServerResource(
-            urls=settings.llm_urls,
-            api_key=dg.EnvVar("LLAMA_API_KEY") if settings.api_key else None,
-            read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
-            startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
-            max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
-            fallback_total_slots=settings.PARALLEL,
-            fallback_slot_context=settings.slot_context,
-            slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
-            probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
-        ),
+        "llm": llama_server_resource(settings, dg.EnvVar("LLAMA_API_KEY") if settings.api_key else None),
         "enrichment": enrichment_resource(settings),
         "alert_webhook": AlertWebhookResource(
             url=dg.EnvVar("ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
@@ -158,6 +149,7 @@ defs = dg.Definitions(
         unassessed_fast_path_sensor,
         frigate_events_sensor,
         verdict_publisher_sensor,
+        frigate_writeback_sensor,
     ],
     schedules=[partition_retention_schedule, risk_timeline_schedule, camera_baselines_schedule],
     resources=build_resources(loaded_settings),

@@ -70,7 +70,10 @@ def _has_surrogates(text: str) -> bool:
 def _raw_bytes(value: str | bytes) -> bytes:
     if isinstance(value, bytes):
         return value
-    return value.encode("utf-8", errors="surrogatepass")
+    try:  # a name decoded with surrogateescape (os.fsdecode) gets its original bytes back
+        return value.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", errors="surrogatepass")
 
 
 # ------------------------------------------------------------------------------------------------ topics

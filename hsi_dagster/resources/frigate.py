@@ -10,6 +10,7 @@ start_time is asked again with a larger limit.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import dagster as dg
 import httpx
@@ -19,6 +20,14 @@ MAX_PAGE_LIMIT = 10_000
 
 class FrigateApiError(RuntimeError):
     """Frigate's API failed or answered something else than expected; the message names the endpoint."""
+
+
+class FrigateWriteError(FrigateApiError):
+    """A write-back call failed; `status_code` is Frigate's HTTP status, None when it did not answer."""
+
+    def __init__(self, message: str, status_code: int | None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 def _start(item: Any, endpoint: str) -> float:
@@ -93,3 +102,33 @@ class FrigateResource(dg.ConfigurableResource):
             items.extend(item for _, item in head)
             cursor, limit = head[-1][0], self.page_size
         return items
+
+    # --- the verdict written back (core/frigate_writeback.py says which Frigate versions have which endpoint) ---
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        endpoint = f"{self.base_url}{path}"
+        try:
+            with httpx.Client(timeout=self.timeout_seconds) as client:
+                response = client.request(method, endpoint, json=body)
+        except httpx.HTTPError as exc:
+            raise FrigateWriteError(f"{method} {endpoint}: {type(exc).__name__}: {exc}", None) from None
+        if not 200 <= response.status_code < 300:
+            raise FrigateWriteError(
+                f"{method} {endpoint}: HTTP {response.status_code}: {response.text[:200]}", response.status_code
+            )
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def event(self, event_id: str) -> dict[str, Any]:
+        """`GET /api/events/<id>`: the event (its description under `data`, its `sub_label`)."""
+        found = self._call("GET", f"/api/events/{quote(event_id, safe='')}")
+        return found if isinstance(found, dict) else {}
+
+    def set_description(self, event_id: str, description: str) -> None:
+        """`POST /api/events/<id>/description` (Frigate 0.15+)."""
+        self._call("POST", f"/api/events/{quote(event_id, safe='')}/description", {"description": description})
+
+    def set_sub_label(self, event_id: str, sub_label: str) -> None:
+        """`POST /api/events/<id>/sub_label` (Frigate 0.11+)."""
+        self._call("POST", f"/api/events/{quote(event_id, safe='')}/sub_label", {"subLabel": sub_label})

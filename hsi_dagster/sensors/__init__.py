@@ -1,11 +1,12 @@
 """The sensors, one module each: closed batch windows -> runs (`batch_windows`, and `inbox` which also loads dropped
 files), risky assessments -> alerts (`alerts`), Frigate's API -> detections (`frigate`), verdicts -> MQTT and
-Home Assistant (`verdict_publisher`). Shared pieces beside them:
+Home Assistant (`verdict_publisher`) and back to Frigate's events (`frigate_writeback`). Shared pieces beside them:
 `window_planning` (which windows get a run) and `hold` (holding a tick until something changes)."""
 
 from hsi_dagster.sensors.alerts import high_risk_alert_sensor, unassessed_fast_path_sensor
 from hsi_dagster.sensors.batch_windows import batch_window_sensor
 from hsi_dagster.sensors.frigate import frigate_events_sensor
+from hsi_dagster.sensors.frigate_writeback import frigate_writeback_sensor
 from hsi_dagster.sensors.inbox import InboxCursor, inbox_sensor
 from hsi_dagster.sensors.verdict_publisher import verdict_publisher_sensor
 
@@ -13,6 +14,7 @@ __all__ = [
     "InboxCursor",
     "batch_window_sensor",
     "frigate_events_sensor",
+    "frigate_writeback_sensor",
     "high_risk_alert_sensor",
     "inbox_sensor",
     "unassessed_fast_path_sensor",

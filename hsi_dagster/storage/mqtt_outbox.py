@@ -55,17 +55,18 @@ def evidence_key(alert_key: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ publisher state
-def publisher_since(conn: duckdb.DuckDBPyConnection, now: datetime) -> datetime:
-    """From when verdicts are published; set at the first call (the hour before `now`)."""
-    row = conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [PUBLISHER]).fetchone()
+def publisher_since(conn: duckdb.DuckDBPyConnection, now: datetime, name: str = PUBLISHER) -> datetime:
+    """From when verdicts are published (or, name `frigate_writeback`, written back); set at the first call: the
+    hour before `now`."""
+    row = conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [name]).fetchone()
     if row is not None:
         return row[0]
     since = now - FIRST_TICK_LOOKBACK
     conn.execute(
         "INSERT INTO mqtt_publisher (name, since, updated_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
-        [PUBLISHER, since, now],
+        [name, since, now],
     )
-    return conn.execute("SELECT since FROM mqtt_publisher WHERE name = ?", [PUBLISHER]).fetchone()[0]  # type: ignore[index]
+    return since
 
 
 def record_connection(conn: duckdb.DuckDBPyConnection, error: str | None, now: datetime) -> None:
