@@ -154,10 +154,11 @@ def test_a_4xx_is_not_retried_a_5xx_is_and_an_absent_frigate_never_blocks(tmp_pa
     # no Frigate at all: a short tick, retried MAX_ATTEMPTS times, then given up; never an exception
     frigate_batch(db, "b-later", "drive", ["later"], 90, "s")
     absent = FrigateResource(url=f"http://127.0.0.1:{free_port()}", timeout_seconds=2)
-    for attempt in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS - 1):
         report = write_back_pending(database(db), absent, "both")
         assert report.unreachable and "ConnectError" in report.unreachable, attempt
-    assert write_back_pending(database(db), absent, "both").unreachable is None  # given up: nothing left to try
+    assert write_back_pending(database(db), absent, "both").failed == 1  # the last attempt: given up
+    assert write_back_pending(database(db), absent, "both").summary().startswith("0 verdicts")  # nothing left
     with connect(db, read_only=True) as conn:
         status = conn.execute("SELECT status FROM frigate_writebacks WHERE batch_id = 'b-later'").fetchone()[0]
     assert status.startswith("failed: ")
