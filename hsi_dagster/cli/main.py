@@ -13,9 +13,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-
-class UsageError(Exception):
-    """A bad argument or unreadable input: printed as one line, exit code 2."""
+from hsi_dagster.cli.errors import UsageError
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -251,6 +249,10 @@ def cmd_frigate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
 
 
+def cmd_mqtt(args: argparse.Namespace) -> int:
+    return int(args.mqtt_func(args, _settings(args)))
+
+
 # ----------------------------------------------------------------------------------------------- plumbing
 def _iso(value) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
@@ -346,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_frigate_parser(sub, with_db)
     sub.choices["frigate"].set_defaults(func=cmd_frigate)
+
+    from hsi_dagster.cli.mqtt import add_mqtt_parser
+
+    add_mqtt_parser(sub, with_db)
+    sub.choices["mqtt"].set_defaults(func=cmd_mqtt)
     return parser
 
 

@@ -10,6 +10,7 @@ publishes `offline` only if no new connection resumes the session within the del
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -151,9 +152,13 @@ class MqttPublisherResource(dg.ConfigurableResource):
         client.loop_start()
         if not answered.wait(self.connect_timeout_seconds):
             _stop(client)
-            tried = f" ({outcome['failures']} connection attempts failed)" if outcome.get("failures") else ""
+            why = (
+                f"{outcome['failures']} connection attempt(s) failed: nothing accepted it"
+                if outcome.get("failures")
+                else "no CONNACK: something listens there but does not speak MQTT to us"
+            )
             raise MqttUnavailable(
-                f"MQTT broker {self.broker} did not answer within {self.connect_timeout_seconds:g} s{tried}: is it "
+                f"MQTT broker {self.broker} did not answer within {self.connect_timeout_seconds:g} s ({why}): is it "
                 "running and reachable (MQTT_HOST, MQTT_PORT, MQTT_TLS)?"
             )
         reason = outcome["reason"]
@@ -193,7 +198,5 @@ class MqttPublisherResource(dg.ConfigurableResource):
 
 
 def _stop(client: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the network thread is gone already
         client.loop_stop()
-    except Exception:  # the network thread is gone already
-        pass
