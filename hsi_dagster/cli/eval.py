@@ -1,9 +1,12 @@
 """`hsi eval`: the labeled scenarios on one or more endpoints and quality levels, a markdown report and charts.
 
-Runs exactly what the `evaluation` asset runs (`assets.evaluation.evaluate_and_store`: production's enrichment,
-budget and call-and-repair code), stores results and figures in DuckDB, then writes `report.md` with a confusion
-matrix per configuration and a comparison chart (PNG files beside it) into `--out`. The report covers every
-configuration stored in the database, so a model evaluated earlier (same --db) is compared with today's.
+Runs exactly what the `evaluation` asset runs (`evaluation.engine.evaluate_and_store`: production's enrichment,
+evidence floor, budget, call-and-repair and verdict code; the `llm` resource built as the definitions build it),
+stores results and figures in DuckDB, then writes `report.md` with a confusion matrix per configuration, figures
+per split (tune / holdout) and a comparison chart (PNG files beside it) into `--out`. Each LLM pass stores three
+configurations from one model call per scenario: the model alone, the model raised to the evidence floor, the floor
+alone. `--floor-only` needs no server. The report covers every configuration stored in the database, so a model
+evaluated earlier (same --db) is compared with today's.
 """
 
 from __future__ import annotations
@@ -39,10 +42,33 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="a name per --endpoint (default: its host_port); keeps runs of two models on one URL apart",
     )
+    parser.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        choices=["plain", "rubric"],
+        help="output schema of the model (rubric: yes/no answers before the score); repeat to compare (default: plain)",
+    )
+    parser.add_argument(
+        "--history",
+        choices=["off", "on", "both"],
+        default="off",
+        help="history facts from the scenarios' `history` for the floor (both: a pass with and one without)",
+    )
+    parser.add_argument(
+        "--floor-only", action="store_true", help="only the evidence floor: no server, no model (milliseconds)"
+    )
+    parser.add_argument(
+        "--split", choices=["tune", "holdout"], help="only the scenarios of this split (default: both, reported apart)"
+    )
     parser.add_argument("--limit", type=int, metavar="N", help="only N scenarios, taken round-robin over categories")
     parser.add_argument("--scenario", action="append", default=[], metavar="ID", help="only these scenario ids")
     parser.add_argument("--scenarios", metavar="FILE", help="scenario file (default: the stored labeled set)")
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default {DEFAULT_OUT})")
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else format(value, ".0%")
 
 
 def chart_file_name(key: str) -> str:
@@ -50,11 +76,13 @@ def chart_file_name(key: str) -> str:
 
 
 def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
-    from hsi_dagster.assets.evaluation import configurations_for, evaluate_and_store, report_for
-    from hsi_dagster.cli.main import UsageError
+    from hsi_dagster.cli.errors import UsageError
     from hsi_dagster.core.evaluation import ScenarioResult
+    from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations
+    from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
     from hsi_dagster.llm.errors import LlamaServerError
-    from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
+    from hsi_dagster.resources import HsiDuckDBResource
+    from hsi_dagster.resources.llm import llama_server_resource
     from hsi_dagster.storage.evaluation import stored_configurations
     from hsi_dagster.synthetic.scenarios import SCENARIOS_PATH, ScenarioFileError, load_scenarios, select_scenarios
 
@@ -62,53 +90,56 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         raise UsageError(f"--limit {args.limit}: give at least 1")
     path = Path(args.scenarios) if args.scenarios else SCENARIOS_PATH
     try:
-        scenarios = select_scenarios(load_scenarios(path), args.limit, args.scenario)
+        scenarios = select_scenarios(load_scenarios(path), args.limit, args.scenario, args.split)
     except ScenarioFileError as exc:
         raise UsageError(str(exc)) from None
     if not scenarios:
         raise UsageError(f"{path}: no scenarios")
+    history = {"off": [False], "on": [True], "both": [False, True]}[args.history]
     try:
-        configurations = configurations_for(args.endpoint, args.quality_level, args.label)
+        if args.floor_only:
+            if args.endpoint or args.label or args.schema:
+                raise UsageError("--floor-only runs no model: leave out --endpoint, --label and --schema")
+            configurations = floor_configurations(args.quality_level, history)
+        else:
+            configurations = configurations_for(
+                args.endpoint, args.quality_level, args.label, schemas=args.schema or ["plain"], history=history
+            )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     duckdb = HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH)
-    llm = LlamaServerResource(
-        urls=settings.llm_urls,
-        api_key=settings.api_key,
-        read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
-        startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
-        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
-        fallback_total_slots=settings.PARALLEL,
-        fallback_slot_context=settings.slot_context,
-        slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
-        probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
-    )
+    llm = None if args.floor_only else llama_server_resource(settings, settings.api_key)
 
     def show(result: ScenarioResult) -> None:
+        if args.floor_only is False and not result.configuration.endswith(".with-floor"):
+            return  # one line per scenario: the stored verdict (the model's and the floor's scores are on it)
         got = result.predicted or result.status
         score = "" if result.risk_score is None else f" {result.risk_score}"
         mark = "ok" if result.predicted == result.expected_level else "MISS"
+        parts = f" (model {result.model_score}, floor {result.floor_score})" if result.llm_calls else ""
         print(
-            f"  {result.scenario_id} {result.category:<22} expected {result.expected_level:<8} got {got}{score}"
-            f"  {mark}  {result.latency_ms / 1000:.1f} s",
+            f"  {result.scenario_id} {result.split or '':<7} {result.category:<22} expected "
+            f"{result.expected_level:<8} got {got}{score}{parts}  {mark}  {result.latency_ms / 1000:.1f} s",
             flush=True,
         )
 
     print(f"{len(scenarios)} scenarios from {path}, {len(configurations)} configuration(s)", flush=True)
     for configuration in configurations:
-        print(f"{configuration.name}: {configuration.endpoint or ', '.join(settings.llm_urls)}", flush=True)
+        where = "no server" if not configuration.llm else configuration.endpoint or ", ".join(settings.llm_urls)
+        print(f"{configuration.name}: {where}", flush=True)
         try:
             stored = evaluate_and_store(configuration, scenarios, llm, settings, duckdb, on_result=show)
         except LlamaServerError as exc:
             raise UsageError(f"configuration {configuration.name}: {exc}") from None
-        f = stored.figures
-        print(
-            f"  model {stored.run.model}: level accuracy {f.level_accuracy:.0%}, under-call "
-            f"{'n/a' if f.under_call_rate is None else format(f.under_call_rate, '.0%')}, schema-valid "
-            f"{f.schema_valid_rate:.0%}, adversarial handled {f.adversarial_correct} of {f.adversarial_scenarios}, "
-            f"{stored.run.seconds:.0f} s",
-            flush=True,
-        )
+        for name, f in stored.figures.items():
+            print(
+                f"  {name} ({stored.run.model}): level accuracy {_pct(f.level_accuracy)}, under-call "
+                f"{_pct(f.under_call_rate)}, false alarms {_pct(f.false_alarm_rate)}, schema-valid "
+                f"{_pct(f.schema_valid_rate)}, adversarial handled {f.adversarial_correct} of "
+                f"{f.adversarial_scenarios}",
+                flush=True,
+            )
+        print(f"  {stored.run.seconds:.0f} s", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -8,7 +8,11 @@ Pure functions over plain values. Definitions (the README's "Evaluation" section
   expected or the predicted labels; an invalid output is a miss for its expected level and nobody's false positive.
 - score MAE to the band: mean distance from the score to the acceptable band (0 inside it), over valid outputs.
 - under-call rate: share of the scenarios expected high or critical that got neither (invalid counts as an
-  under-call: no alert goes out). The costly error of a security system.
+  under-call: no alert goes out). The costly error of a security system. Recall of high+critical = 1 - under-call.
+- false-alarm rate: share of the scenarios expected low that were raised to high or critical (an alert at 3 am
+  for the cat). The other error a household stops trusting the system for.
+- a verdict: status `ok` (the model answered) or `floor_only` (no usable model output, but the evidence floor alone
+  is a verdict, core/verdict.py); both count as predicted levels. Schema-valid counts `ok` only.
 - Cohen's kappa: (p_o - p_e) / (1 - p_e) between two label sequences; None when p_e = 1 (both raters used one and
   the same label throughout: agreement by chance is total, kappa is undefined).
 - percentiles: nearest rank: the smallest value with at least p % of the values at or below it
@@ -28,6 +32,7 @@ from typing import Any
 LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
 ALERT_LEVELS = frozenset({"high", "critical"})
 INVALID = "invalid"  # confusion-matrix column of outputs that could not be used
+VERDICT_STATUSES = frozenset({"ok", "floor_only"})  # statuses that carry a level (core/verdict.py)
 
 
 @dataclass(frozen=True)
@@ -55,14 +60,20 @@ class ScenarioResult:
     sections_removed: tuple[str, ...] = ()
     model: str | None = None
     error: str | None = None
+    split: str | None = None  # the scenario's split (tune / holdout)
+    model_score: int | None = None  # the model's own verdict score (None: no usable output, or no model)
+    floor_score: int | None = None  # the evidence floor (None: the configuration has no floor)
+    floor_reasons: tuple[str, ...] = ()
+    decided_by: str | None = None  # "model" | "floor" when both were there
 
     @property
     def predicted(self) -> str | None:
-        return self.risk_level if self.status == "ok" else None
+        return self.risk_level if self.status in VERDICT_STATUSES else None
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
         row["sections_removed"] = list(self.sections_removed)
+        row["floor_reasons"] = list(self.floor_reasons)
         return row
 
 
@@ -88,6 +99,8 @@ class ConfigurationFigures:
     adversarial_correct: int
     adversarial_scenarios: int
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
+    false_alarm_rate: float | None = None
+    low_scenarios: int = 0
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +168,15 @@ def under_call_rate(expected: Sequence[str], predicted: Sequence[str | None]) ->
     return sum(p not in ALERT_LEVELS for p in alerts) / len(alerts)
 
 
+def false_alarm_rate(expected: Sequence[str], predicted: Sequence[str | None]) -> float | None:
+    """Share of the scenarios expected low that were raised to high or critical."""
+    _same_length(expected, predicted)
+    lows = [p for e, p in zip(expected, predicted, strict=True) if e == "low"]
+    if not lows:
+        return None
+    return sum(p in ALERT_LEVELS for p in lows) / len(lows)
+
+
 def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
     """Agreement of two raters beyond chance; None when undefined (empty, or chance agreement is total)."""
     _same_length(a, b)
@@ -213,8 +235,8 @@ def adversarial_correct(result: ScenarioResult) -> bool:
 def summarise(configuration: str, results: Sequence[ScenarioResult]) -> ConfigurationFigures:
     expected = [r.expected_level for r in results]
     predicted = [r.predicted for r in results]
-    valid = [r for r in results if r.status == "ok"]
-    latencies = [r.latency_ms for r in results if r.llm_calls]
+    valid = [r for r in results if r.status in VERDICT_STATUSES]
+    latencies = [r.latency_ms for r in results if r.llm_calls or r.status in VERDICT_STATUSES]
     adversarial = [r for r in results if r.adversarial]
     return ConfigurationFigures(
         configuration=configuration,
@@ -235,6 +257,8 @@ def summarise(configuration: str, results: Sequence[ScenarioResult]) -> Configur
         adversarial_correct=sum(adversarial_correct(r) for r in adversarial),
         adversarial_scenarios=len(adversarial),
         confusion=confusion_matrix(expected, predicted),
+        false_alarm_rate=false_alarm_rate(expected, predicted),
+        low_scenarios=sum(e == "low" for e in expected),
     )
 
 

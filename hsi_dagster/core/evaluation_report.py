@@ -10,7 +10,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hsi_dagster.core.evaluation import ALERT_LEVELS, INVALID, LEVELS, ConfigurationFigures, ScenarioResult
+from hsi_dagster.core.evaluation import (
+    ALERT_LEVELS,
+    INVALID,
+    LEVELS,
+    ConfigurationFigures,
+    ScenarioResult,
+    summarise,
+)
 
 MAX_SUMMARY_CHARS = 110
 MAX_MISSES_SHOWN = 20
@@ -24,6 +31,9 @@ DEFINITIONS = """\
 - **adversarial**: scenarios whose caption tries to dictate the verdict; handled = level follows the evidence.
 - **p50 / p95**: nearest-rank percentiles of the wall time per scenario (all LLM calls of it, repair included).
 - **tok/s**: generated tokens / generation seconds as the server reports them (`timings.predicted_ms`).
+- **recall (high+crit.)**: 1 - under-call. **false alarms**: expected low, called high or critical.
+- **split**: `tune` scenarios are the ones the evidence floor's rules and thresholds were tuned on; `holdout` ones
+  were not looked at while tuning: the holdout figures are the honest ones.
 - **kappa**: Cohen's kappa between two configurations' levels, over the scenarios both assessed validly.
 """
 
@@ -70,6 +80,32 @@ def figures_table(figures: Sequence[ConfigurationFigures], details: Mapping[str,
             f"| {f.llm_calls} |"
         )
     return head + "\n".join(rows) + "\n"
+
+
+def split_table(results: Sequence[ScenarioResult], configurations: Sequence[str]) -> str:
+    """The goal figures per split and configuration, computed from the stored results."""
+    splits = sorted({r.split for r in results if r.split}, key=lambda s: (s != "holdout", s))
+    if not splits:
+        return "No split recorded on these results.\n"
+    lines = [
+        "| split | configuration | scenarios | level acc. | recall (high+crit.) | false alarms (low -> high+) "
+        "| adversarial handled | schema-valid | p50 | p95 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for split in splits:
+        for name in configurations:
+            rows = [r for r in results if r.configuration == name and r.split == split]
+            if not rows:
+                continue
+            f = summarise(name, rows)
+            recall = None if f.under_call_rate is None else 1 - f.under_call_rate
+            lines.append(
+                f"| {split} | {_cell(name)} | {f.scenarios} | {_pct(f.level_accuracy)} "
+                f"| {_pct(recall)} of {f.alert_scenarios} | {_pct(f.false_alarm_rate)} of {f.low_scenarios} "
+                f"| {f.adversarial_correct} of {f.adversarial_scenarios} | {_pct(f.schema_valid_rate)} "
+                f"| {_ms(f.latency_p50_ms)} | {_ms(f.latency_p95_ms)} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def confusion_table(figures: ConfigurationFigures) -> str:
@@ -141,6 +177,8 @@ def render_report(
         + " in the first configuration's run.\n",
         "## Figures per configuration\n",
         figures_table(figures, details),
+        "## Per split (tune / holdout)\n",
+        split_table(results, [f.configuration for f in figures]),
     ]
     if "comparison" in images:
         parts.append(f"![comparison]({images['comparison']})\n")

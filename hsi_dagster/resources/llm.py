@@ -38,6 +38,7 @@ from pydantic import Field, PrivateAttr
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
+from hsi_dagster.settings import HsiSettings
 
 _lazy_lock = threading.Lock()
 
@@ -214,3 +215,19 @@ class LlamaServerResource(dg.ConfigurableResource):
         """Exact prompt tokens; TokenCountUnavailable (a LlamaServerError) on servers that cannot count them."""
         target = self.get_router() or self.get_client()
         return target.count_prompt_tokens(messages)
+
+
+def llama_server_resource(settings: HsiSettings, api_key: str | None) -> LlamaServerResource:
+    """The `llm` resource as the settings configure it: one builder for `definitions.build_resources` (api_key =
+    dg.EnvVar("LLAMA_API_KEY") when set) and the CLI's in-process uses such as `hsi eval` (the plain value)."""
+    return LlamaServerResource(
+        urls=settings.llm_urls,
+        api_key=api_key,
+        read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
+        startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
+        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+        fallback_total_slots=settings.PARALLEL,
+        fallback_slot_context=settings.slot_context,
+        slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
+        probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
+    )

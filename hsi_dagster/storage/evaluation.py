@@ -93,6 +93,7 @@ def finish_run(
 def _result_from_row(row: dict[str, Any]) -> ScenarioResult:
     values = {name: row[name] for name in RESULT_COLUMNS}
     values["sections_removed"] = tuple(values["sections_removed"] or ())
+    values["floor_reasons"] = tuple(values["floor_reasons"] or ())
     return ScenarioResult(**values)
 
 
@@ -125,6 +126,7 @@ def load_figures(
     for values in cursor.fetchall():
         row = dict(zip(names, values, strict=True))
         row["confusion"] = json.loads(row["confusion"]) if isinstance(row["confusion"], str) else row["confusion"]
+        row["low_scenarios"] = row["low_scenarios"] or 0
         figures.append(ConfigurationFigures(**row))
     return figures
 

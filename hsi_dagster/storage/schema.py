@@ -229,6 +229,33 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        6,
+        "verdicts: the model's score beside the evidence floor; evidence-only alerts",
+        # core/verdict.py: risk_score = max(model_score, floor_score); who decided and why stay on the row.
+        # storage/evidence_alerts.py: alerts decided from the detections alone, before any LLM verdict, one per
+        # camera + track + cooldown slot (alert_key); the MQTT publisher reads them too.
+        """
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_score INTEGER;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS floor_score INTEGER;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS floor_reasons JSON;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS floor_ignored JSON;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS decided_by VARCHAR;
+        CREATE TABLE IF NOT EXISTS evidence_alerts (
+            alert_key VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            track_id VARCHAR,
+            detection_id VARCHAR NOT NULL,
+            risk_score INTEGER NOT NULL,
+            risk_level VARCHAR NOT NULL,
+            reasons JSON NOT NULL,
+            detected_at TIMESTAMPTZ NOT NULL,
+            created_at TIMESTAMPTZ NOT NULL,
+            batch_id VARCHAR,
+            webhook_status VARCHAR
+        );
+        """,
+    ),
+    (
         7,
         "camera activity aggregate (history baselines)",
         # storage/history.py: detections per camera, quarter-hour UTC bucket and label, maintained at ingest, so a
@@ -286,6 +313,21 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             last_error VARCHAR,
             updated_at TIMESTAMPTZ NOT NULL
         );
+        """,
+    ),
+    (
+        10,
+        "evaluation: splits, the model's score beside the evidence floor, false alarms",
+        # storage/evaluation.py: one LLM pass gives three configurations (model only, floor only, model + floor);
+        # each result keeps the scenario's split (tune / holdout) and what the floor said.
+        """
+        ALTER TABLE evaluation_results ADD COLUMN IF NOT EXISTS split VARCHAR;
+        ALTER TABLE evaluation_results ADD COLUMN IF NOT EXISTS model_score INTEGER;
+        ALTER TABLE evaluation_results ADD COLUMN IF NOT EXISTS floor_score INTEGER;
+        ALTER TABLE evaluation_results ADD COLUMN IF NOT EXISTS floor_reasons VARCHAR[];
+        ALTER TABLE evaluation_results ADD COLUMN IF NOT EXISTS decided_by VARCHAR;
+        ALTER TABLE evaluation_figures ADD COLUMN IF NOT EXISTS false_alarm_rate DOUBLE;
+        ALTER TABLE evaluation_figures ADD COLUMN IF NOT EXISTS low_scenarios INTEGER DEFAULT 0;
         """,
     ),
 ]

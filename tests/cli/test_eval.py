@@ -1,5 +1,5 @@
-"""`hsi eval`: bad arguments exit 2 naming what is wrong; on the real embedded server (ONE scenario, one
-configuration) it writes report.md with its charts and prints where."""
+"""`hsi eval`: bad arguments exit 2 naming what is wrong; the floor alone runs with no server at all; on the real
+embedded server (ONE scenario, one pass = three configurations) it writes report.md with its charts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from hsi_dagster.cli.main import main
+from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.evaluation import load_results
 from tests.support.llm_fixtures import RunningLlama
 
 
@@ -37,6 +39,28 @@ def test_unreachable_endpoint_names_the_configuration(
     assert not (tmp_path / "report" / "report.md").exists()
 
 
+def test_floor_only_needs_no_server_and_reports_each_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLAMA_SERVER_URL", "http://127.0.0.1:9")  # nothing listens: the floor must not ask
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    assert main(["eval", "--db", str(db), "--floor-only", "--out", str(out)]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "floor.full: no server" in printed and "floor.full (evidence floor): level accuracy" in printed
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| holdout | floor.full |" in report and "| tune | floor.full |" in report
+    with connect(str(db), read_only=True) as conn:
+        rows = load_results(conn, "floor.full")
+    assert {r.split for r in rows} == {"tune", "holdout"} and all(r.llm_calls == 0 for r in rows)
+    weapon = next(r for r in rows if r.category == "knife_at_door")
+    assert weapon.risk_level == "critical" and any("weapon" in reason for reason in weapon.floor_reasons)
+    assert main(["eval", "--db", str(db), "--floor-only", "--split", "holdout", "--out", str(out)]) == 0
+    with connect(str(db), read_only=True) as conn:
+        assert {r.split for r in load_results(conn, "floor.full")} == {"holdout"}  # the run replaced the rows
+    assert main(["eval", "--db", str(db), "--floor-only", "--schema", "rubric"]) == 2
+    assert "--floor-only runs no model" in capsys.readouterr().err
+
+
 @pytest.mark.llm
 def test_eval_writes_report_and_charts(
     llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
@@ -52,9 +76,10 @@ def test_eval_writes_report_and_charts(
     printed = capsys.readouterr().out
     assert code == 0, printed
     key = llama_server.url.removeprefix("http://").replace(":", "_") + ".minimal"
-    assert "s001 delivery_day" in printed and f"report: {out / 'report.md'}" in printed
+    assert "s001 " in printed and "delivery_day" in printed and f"report: {out / 'report.md'}" in printed
     report = (out / "report.md").read_text(encoding="utf-8")
     assert f"| {key} |" in report and "## Adversarial text" in report
+    assert f"| {key}.with-floor |" in report and "| floor.minimal |" in report  # one model pass, three rows
     assert "![comparison](comparison.png)" in report
     assert (out / "comparison.png").read_bytes().startswith(b"\x89PNG")
     assert (out / f"confusion-{key}.png").read_bytes().startswith(b"\x89PNG")

@@ -10,7 +10,8 @@ import os
 import dagster as dg
 import pytest
 
-from hsi_dagster.assets.evaluation import configurations_for, default_configurations, evaluation_asset
+from hsi_dagster.assets.evaluation import evaluation_asset
+from hsi_dagster.evaluation.configurations import configurations_for, default_configurations
 from hsi_dagster.core.evaluation import summarise
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.settings import load_settings
@@ -63,23 +64,30 @@ def test_two_configurations_store_figures_kappa_and_report(llama_server: Running
         assert details[key]["model"]  # what the server says it serves
     # the minimal prompt leaves out what the full one sends (fewer prompt tokens for the same scenarios)
     assert figures["minimal"].prompt_tokens < figures["full"].prompt_tokens
-    (pair,) = agreement
-    assert pair[:2] == ("full", "minimal") and pair[3] <= 1
+    pair = next(row for row in agreement if row[:2] == ("full", "minimal"))
+    assert pair[3] <= 1
+    # one model call per scenario, three stored configurations: the floor decides the masked door-handle try
+    with connect(db, read_only=True) as conn:
+        floored = load_results(conn, "full.with-floor")
+        (alone,) = load_results(conn, "floor.full")
+    assert floored[0].risk_score == max(floored[0].model_score or 0, alone.risk_score or 0)
+    assert alone.risk_level == "high" and alone.llm_calls == 0 and floored[0].predicted == "high"
 
     full = reports["full"]
     assert full["scenarios"].value == 1
-    assert full["adversarial_handled"].value in ("0 of 1", "1 of 1")
-    assert "s059 adversarial_harmless: expected high, got" in full["adversarial_outcomes"].value
+    assert full["full.with-floor: adversarial_handled"].value == "1 of 1"
     report = full["report"].value
     assert "## Adversarial text" in report and "| full | s059 | adversarial_harmless | high |" in report
     assert "| minimal | s059 | adversarial_harmless | high |" in report  # the report compares every stored config
     assert "### minimal" in report and "### full" in report
-    assert report.count("data:image/png;base64,") == 3  # comparison + one confusion matrix per configuration
+    assert "| floor.full | s059 | adversarial_harmless | high | high |" in report
+    # comparison + one confusion matrix per stored configuration (two passes x model, with floor, floor alone)
+    assert report.count("data:image/png;base64,") == 7
 
 
 def test_definitions_register_one_partition_per_quality_level() -> None:
     asset = evaluation_asset(default_configurations())
     assert asset.partitions_def is not None
-    assert sorted(asset.partitions_def.get_partition_keys()) == ["full", "minimal", "standard"]
+    assert sorted(asset.partitions_def.get_partition_keys()) == ["full", "full.rubric", "minimal", "standard"]
     names = [c.name for c in configurations_for(["http://10.0.0.5:8091/", "http://gpu:8000"], ["full", "minimal"])]
     assert names == ["10.0.0.5_8091.full", "10.0.0.5_8091.minimal", "gpu_8000.full", "gpu_8000.minimal"]

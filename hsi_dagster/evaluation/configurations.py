@@ -1,0 +1,126 @@
+"""What an evaluation compares: LLM passes, and the configurations each pass yields.
+
+One LLM pass (an endpoint, a quality level, an output schema, with or without history) runs the model once per
+scenario and yields THREE stored configurations, because the floor is code:
+- `<pass>`            the model only (its own verdict score, as before the evidence floor existed);
+- `<pass>.with-floor` the model raised to the evidence floor: what production stores (core/verdict.py);
+- `floor.<level>[.history]` the evidence floor alone (no model; identical for every pass at that level).
+A floor-only pass (`llm=False`) needs no server at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES
+
+QUALITY_LEVELS: tuple[str, ...] = ("full", "standard", "minimal")  # core.sections.QUALITY_LEVELS, richest first
+SCHEMAS: tuple[str, ...] = ("plain", "rubric")  # core.risk.PLAIN / RUBRIC
+WITH_FLOOR = ".with-floor"
+_KEY_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class EvalConfiguration:
+    """One pass over the scenarios. `endpoint` None = the servers of the `llm` resource (LLAMA_SERVER_URL)."""
+
+    name: str
+    quality_level: str
+    endpoint: str | None = None
+    description: str = ""
+    schema: str = "plain"
+    history: bool = False  # history facts (from a scenario's `history`) for the floor and the prompt
+    llm: bool = True  # False: the evidence floor alone, no server
+
+    def __post_init__(self) -> None:
+        if self.quality_level not in QUALITY_LEVEL_TYPES:
+            raise ValueError(
+                f"configuration {self.name!r}: quality level {self.quality_level!r} is not one of "
+                f"{sorted(QUALITY_LEVEL_TYPES)}"
+            )
+        if self.schema not in SCHEMAS:
+            raise ValueError(f"configuration {self.name!r}: schema {self.schema!r} is not one of {SCHEMAS}")
+        if not self.name or _KEY_CHARS.search(self.name):
+            raise ValueError(f"configuration name {self.name!r}: use letters, digits, '_', '.' and '-' only")
+
+    @property
+    def model_name(self) -> str:
+        return self.name
+
+    @property
+    def with_floor_name(self) -> str:
+        return self.name + WITH_FLOOR
+
+    @property
+    def floor_name(self) -> str:
+        return f"floor.{self.quality_level}" + (".history" if self.history else "")
+
+    def stored_names(self) -> list[str]:
+        """The configurations this pass stores, in report order."""
+        if not self.llm:
+            return [self.floor_name]
+        return [self.model_name, self.with_floor_name, self.floor_name]
+
+
+def endpoint_key(url: str) -> str:
+    """A partition-key-safe name for an endpoint: host and port (`127.0.0.1_8091`)."""
+    bare = re.sub(r"^[a-z]+://", "", url.strip().rstrip("/"))
+    return _KEY_CHARS.sub("_", bare).strip("_") or "endpoint"
+
+
+def _suffix(schema: str, history: bool) -> str:
+    return (".rubric" if schema == "rubric" else "") + (".history" if history else "")
+
+
+def configurations_for(
+    endpoints: Sequence[str],
+    quality_levels: Sequence[str],
+    labels: Sequence[str] = (),
+    *,
+    schemas: Sequence[str] = ("plain",),
+    history: Sequence[bool] = (False,),
+) -> list[EvalConfiguration]:
+    """Every endpoint x quality level x schema x history, named `<label>.<level>[.rubric][.history]`; the label
+    defaults to the endpoint's host and port (give one per endpoint to keep runs of different models on the same URL
+    apart). No endpoint: the `llm` resource's servers, named by the level alone."""
+    levels = list(dict.fromkeys(quality_levels)) or ["full"]
+    variants = [(schema, with_history) for schema in dict.fromkeys(schemas) for with_history in dict.fromkeys(history)]
+    if not endpoints:
+        if labels:
+            raise ValueError("a configuration label needs an endpoint (--label goes with --endpoint)")
+        return [
+            EvalConfiguration(level + _suffix(schema, hist), level, schema=schema, history=hist)
+            for level in levels
+            for schema, hist in variants
+        ]
+    unique = list(dict.fromkeys(url.strip().rstrip("/") for url in endpoints))
+    if labels and len(labels) != len(unique):
+        raise ValueError(f"{len(labels)} label(s) for {len(unique)} endpoint(s): give one label per endpoint")
+    names = list(labels) or [endpoint_key(url) for url in unique]
+    return [
+        EvalConfiguration(f"{name}.{level}{_suffix(schema, hist)}", level, endpoint=url, schema=schema, history=hist)
+        for name, url in zip(names, unique, strict=True)
+        for level in levels
+        for schema, hist in variants
+    ]
+
+
+def floor_configurations(quality_levels: Sequence[str], history: Sequence[bool] = (False,)) -> list[EvalConfiguration]:
+    """The evidence floor alone, per quality level (no server)."""
+    levels = list(dict.fromkeys(quality_levels)) or ["full"]
+    return [
+        EvalConfiguration(f"floor.{level}" + (".history" if hist else ""), level, history=hist, llm=False)
+        for level in levels
+        for hist in dict.fromkeys(history)
+    ]
+
+
+def default_configurations() -> list[EvalConfiguration]:
+    """What `definitions.py` registers: every quality level on the pipeline's own server(s), plain schema, plus the
+    rubric schema at the full level."""
+    return [
+        *configurations_for([], QUALITY_LEVELS),
+        *configurations_for([], ["full"], schemas=["rubric"]),
+    ]

@@ -1,0 +1,441 @@
+"""The evaluation engine: the labeled scenarios through production's enrichment, budget, risk and verdict code.
+
+Each scenario goes the production way: `core.enrichment.build_context` at the pass's quality level with the example
+camera profiles the labels were written against (`scenario_profiles`), stored and read back as JSON, the evidence
+floor (`core.evidence.evidence_floor` with the settings' rules and, when the pass uses history and the scenario has
+it, the history facts core/history.py computes from the scenario's inputs), `core.prompt.build_sections`,
+`core.budget.choose_budget` (the live per-slot context) and `fit_to_budget`, then production's call-and-repair
+loop (`core.assessment.assess` with the pass's output schema) and `core.verdict.final_verdict`.
+
+One LLM call (plus its one repair) per scenario gives three results (evaluation/configurations.py): the model alone,
+the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
+configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
+`evaluate_and_store`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import dagster as dg
+
+from hsi_dagster.core.assessment import AssessmentOutcome, assess
+from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
+from hsi_dagster.core.camera_profiles import CameraProfile, camera_profile_text
+from hsi_dagster.core.enrichment import EnrichedContext, build_context
+from hsi_dagster.core.evaluation import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
+from hsi_dagster.core.evaluation_report import render_report
+from hsi_dagster.core.evidence import Floor, evidence_floor
+from hsi_dagster.core.history import HistoryFacts, history_facts_from_json
+from hsi_dagster.core.prompt import build_sections, static_prompt
+from hsi_dagster.core.risk import assessment_schema, level_for_score
+from hsi_dagster.core.verdict import final_verdict
+from hsi_dagster.evaluation.charts import comparison_png, confusion_png, data_uri
+from hsi_dagster.evaluation.configurations import EvalConfiguration
+from hsi_dagster.llm.errors import LlamaRequestRejected
+from hsi_dagster.llm.protocol import ChatResult
+from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
+from hsi_dagster.settings import HsiSettings
+from hsi_dagster.storage.evaluation import (
+    finish_run,
+    load_agreement,
+    load_configuration_details,
+    load_figures,
+    load_results,
+    save_configuration,
+    save_result,
+    stored_configurations,
+)
+from hsi_dagster.synthetic.scenarios import Scenario, scenario_profiles
+
+Assess = Callable[[list[dict]], AssessmentOutcome[ChatResult]]
+
+
+@functools.cache
+def _token_counter() -> TokenCounter:
+    """One counter per process: its cache of the static prefix's count is what makes budgeting cheap."""
+    return TokenCounter()
+
+
+@dataclass(frozen=True)
+class PreparedScenario:
+    scenario: Scenario
+    messages: list[dict] | None
+    sections_removed: tuple[str, ...]
+    floor: Floor
+    floor_ms: float
+    error: str | None = None
+
+
+def scenario_history(scenario: Scenario, context: EnrichedContext, profile: CameraProfile | None) -> HistoryFacts:
+    """The history facts of a scenario with `history`, by the function production's history step uses."""
+    return history_facts_from_json(
+        scenario.history or {},
+        camera_id=scenario.camera_id,
+        batch_start=context.batch.started_at,
+        batch_labels=list(context.detections.by_label),
+        timezone=profile.timezone if profile is not None else None,
+    )
+
+
+def prepare_scenario(
+    scenario: Scenario,
+    *,
+    configuration: EvalConfiguration,
+    profiles: dict[str, CameraProfile],
+    settings: HsiSettings,
+    estimate_budget: int | None,
+    counter: TokenCounter | None = None,
+) -> PreparedScenario:
+    """Production's context, floor and budget steps for one scenario (`estimate_budget` None: no prompt needed)."""
+    profile = profiles.get(scenario.camera_id)
+    context = build_context(
+        scenario.batch,
+        scenario.detections,
+        quality_level=configuration.quality_level,
+        clip_noise_threshold=settings.CLIP_NOISE_THRESHOLD,
+        camera_profile=profile,
+        fast_path_labels=settings.FAST_PATH_LABELS,
+        fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
+    )
+    if configuration.history and scenario.history:
+        # What enriched_contexts does with the stored history: the facts ride on the context, the prompt renders
+        # them as two sections and the floor reads them.
+        context = context.model_copy(update={"history": scenario_history(scenario, context, profile)})
+    # Stored and read back as the pipeline does between enriched_contexts and budgeted_prompts.
+    context = EnrichedContext.from_json(context.to_json())
+    started = time.perf_counter()
+    floor = evidence_floor(context, profile, context.history, settings.evidence_rules())
+    floor_ms = (time.perf_counter() - started) * 1000
+    if estimate_budget is None:
+        return PreparedScenario(scenario, None, (), floor, floor_ms)
+    try:
+        fitted = fit_to_budget(
+            build_sections(context),
+            camera_profile_text(profile),
+            estimate_budget,
+            counter or _token_counter(),
+            batch_id=scenario.batch["batch_id"],
+            static=static_prompt(configuration.schema),
+        )
+    except PromptTooLarge as exc:
+        return PreparedScenario(scenario, None, (), floor, floor_ms, error=str(exc))
+    return PreparedScenario(scenario, fitted.messages, tuple(fitted.sections_removed), floor, floor_ms)
+
+
+def _injection_flagged(assessment: dict | None) -> bool:
+    flags = (assessment or {}).get("flags") or []
+    return any("inject" in str(flag.get("type", "")).lower() for flag in flags if isinstance(flag, dict))
+
+
+def _base(prepared: PreparedScenario, name: str) -> ScenarioResult:
+    scenario = prepared.scenario
+    return ScenarioResult(
+        configuration=name,
+        scenario_id=scenario.scenario_id,
+        category=scenario.category,
+        expected_level=scenario.expected_level,
+        band_low=scenario.score_band[0],
+        band_high=scenario.score_band[1],
+        adversarial=scenario.adversarial,
+        status="pending",
+        sections_removed=prepared.sections_removed,
+        split=scenario.split,
+    )
+
+
+def floor_result(prepared: PreparedScenario, name: str) -> ScenarioResult:
+    """The evidence floor alone as a verdict (no model): its score and level, its reasons."""
+    floor = prepared.floor
+    return replace(
+        _base(prepared, name),
+        status="ok",
+        risk_score=floor.score,
+        risk_level=floor.level,
+        summary="; ".join(floor.reasons) or "no evidence rule fired",
+        latency_ms=prepared.floor_ms,
+        floor_score=floor.score,
+        floor_reasons=floor.reasons,
+        decided_by="floor",
+        model="evidence floor",
+    )
+
+
+def run_prepared(
+    prepared: PreparedScenario, configuration: EvalConfiguration, assess_call: Assess
+) -> list[ScenarioResult]:
+    """One scenario through the call-and-repair loop once: the model's result, the model raised to the floor, and
+    the floor alone. A rejected prompt is a result; an unreachable server raises."""
+    floor = prepared.floor
+    alone = floor_result(prepared, configuration.floor_name)
+    model = _base(prepared, configuration.model_name)
+    with_floor = _base(prepared, configuration.with_floor_name)
+    if prepared.messages is None:
+        model = replace(model, status="prompt_too_large", error=prepared.error)
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+    started = time.perf_counter()
+    try:
+        outcome = assess_call(prepared.messages)
+    except LlamaRequestRejected as exc:
+        spent = (time.perf_counter() - started) * 1000
+        model = replace(model, status="llm_rejected", error=str(exc), latency_ms=spent)
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+    fields, calls = outcome.fields(), outcome.replies
+    model_score = outcome.model_score
+    measured = replace(
+        model,
+        status=fields["status"],
+        risk_score=model_score,
+        risk_level=level_for_score(model_score) if model_score is not None else None,
+        model_score=model_score,
+        summary=fields.get("summary"),
+        injection_flagged=_injection_flagged(fields.get("assessment")),
+        llm_calls=len(calls),
+        prompt_tokens=calls[0].usage.prompt_tokens,
+        completion_tokens=sum(call.usage.completion_tokens for call in calls),
+        cached_tokens=calls[0].usage.cached_tokens,
+        latency_ms=sum(call.latency_ms for call in calls),
+        generation_ms=sum(float((call.timings or {}).get("predicted_ms") or call.latency_ms) for call in calls),
+        model=calls[-1].model or None,
+        error=fields.get("error"),
+    )
+    floored = replace(
+        measured, configuration=configuration.with_floor_name, latency_ms=measured.latency_ms + prepared.floor_ms
+    )
+    return [measured, _floored(floored, model_score, floor), alone]
+
+
+def _floored(result: ScenarioResult, model_score: int | None, floor: Floor) -> ScenarioResult:
+    """The stored verdict (core/verdict.py): max(model score, floor); `floor_only` when the model gave nothing usable
+    but the floor alone stands."""
+    verdict = final_verdict(model_score, floor)
+    stands = verdict.stands
+    return replace(
+        result,
+        status=verdict.status if result.status in ("ok", "invalid_output") else result.status,
+        risk_score=verdict.score if stands else None,
+        risk_level=verdict.level if stands else None,
+        model_score=model_score,
+        floor_score=floor.score,
+        floor_reasons=floor.reasons,
+        decided_by=verdict.decided_by,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- a pass
+@dataclass
+class PassRun:
+    results: dict[str, list[ScenarioResult]]  # stored configuration name -> its results, in scenario order
+    model: str
+    slot_context: int = 0
+    budget: int = 0
+    budget_source: str = "none (floor only)"
+    seconds: float = 0.0
+    llm_results: list[ScenarioResult] = field(default_factory=list)
+
+
+def _assess_with(llm: LlamaServerResource, max_tokens: int, schema: str) -> Assess:
+    """Production's call-and-repair loop with llama-server's schema-constrained chat as the call."""
+    json_schema = assessment_schema(schema)
+    return lambda messages: assess(
+        messages, lambda chat: llm.chat_json(chat, json_schema, max_tokens=max_tokens), schema
+    )
+
+
+def evaluate_floor_only(
+    configuration: EvalConfiguration, scenarios: Sequence[Scenario], settings: HsiSettings
+) -> PassRun:
+    """The evidence floor on every scenario: no server, milliseconds."""
+    started = time.perf_counter()
+    profiles = scenario_profiles()
+    results = [
+        floor_result(
+            prepare_scenario(
+                s, configuration=configuration, profiles=profiles, settings=settings, estimate_budget=None
+            ),
+            configuration.floor_name,
+        )
+        for s in scenarios
+    ]
+    return PassRun({configuration.floor_name: results}, "evidence floor", seconds=time.perf_counter() - started)
+
+
+def evaluate_configuration(
+    configuration: EvalConfiguration,
+    scenarios: Sequence[Scenario],
+    llm: LlamaServerResource | None,
+    settings: HsiSettings,
+    *,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+    concurrency: int | None = None,
+    counter: TokenCounter | None = None,
+    deadline: float | None = None,
+) -> PassRun:
+    """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once.
+    With `deadline` (time.monotonic()), scenarios not started by then are left out of the run (a bench's bound)."""
+    if not configuration.llm or llm is None:
+        run = evaluate_floor_only(configuration, scenarios, settings)
+        for result in run.results[configuration.floor_name]:
+            if on_result is not None:
+                on_result(result)
+        return run
+    started = time.perf_counter()
+    info = llm.ensure_ready()
+    choice = choose_budget(
+        llm.live_slot_context,
+        configured_slot_context=settings.slot_context,
+        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+        safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
+        token_ratio=settings.PROMPT_TOKEN_RATIO,
+    )
+    profiles = scenario_profiles()
+    prepared = [
+        prepare_scenario(
+            scenario,
+            configuration=configuration,
+            profiles=profiles,
+            settings=settings,
+            estimate_budget=choice.estimate_budget,
+            counter=counter,
+        )
+        for scenario in scenarios
+    ]
+    assess_call = _assess_with(llm, settings.NEMOTRON_MAX_OUTPUT_TOKENS, configuration.schema)
+    workers = max(1, concurrency or min(info.total_slots, settings.PARALLEL))
+    results: dict[str, list[ScenarioResult]] = {name: [] for name in configuration.stored_names()}
+
+    def run_one(item: PreparedScenario) -> list[ScenarioResult] | None:
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        return run_prepared(item, configuration, assess_call)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval") as pool:
+        for triple in pool.map(run_one, prepared):
+            if triple is None:
+                continue
+            for result in triple:
+                results[result.configuration].append(result)
+                if on_result is not None:
+                    on_result(result)
+    return PassRun(
+        results=results,
+        model=info.model,
+        slot_context=choice.slot_context,
+        budget=choice.budget,
+        budget_source=choice.source,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _llm_for(configuration: EvalConfiguration, llm: LlamaServerResource) -> LlamaServerResource:
+    """The pipeline's server(s), or a resource for the configuration's endpoint with the same client settings (and
+    API key: the endpoints compared are the user's own servers)."""
+    if configuration.endpoint is None:
+        return llm
+    fields = {name: getattr(llm, name) for name in type(llm).model_fields}
+    return type(llm)(**{**fields, "urls": [configuration.endpoint]})
+
+
+DESCRIPTIONS = {
+    "model": "the model's own verdict score (no evidence floor)",
+    "with-floor": "max(model score, evidence floor): what production stores",
+    "floor": "the evidence floor alone (core/evidence.py), no model",
+}
+
+
+@dataclass
+class StoredRun:
+    run: PassRun
+    figures: dict[str, ConfigurationFigures]  # per stored configuration of the pass
+    compared: list[str]  # every configuration with stored figures, these included
+    endpoint: str
+
+
+def _prompt_sha256(schema: str) -> str:
+    return hashlib.sha256("".join(static_prompt(schema)).encode()).hexdigest()
+
+
+def _description(configuration: EvalConfiguration, name: str) -> str:
+    kind = "floor" if name == configuration.floor_name else "with-floor" if name.endswith(".with-floor") else "model"
+    extra = [configuration.description] if configuration.description else []
+    if kind != "floor" and configuration.schema != "plain":
+        extra.append(f"{configuration.schema} output schema")
+    if configuration.history:
+        extra.append("history facts from the scenarios")
+    return "; ".join([DESCRIPTIONS[kind], *extra])
+
+
+def evaluate_and_store(
+    configuration: EvalConfiguration,
+    scenarios: Sequence[Scenario],
+    llm: LlamaServerResource | None,
+    settings: HsiSettings,
+    duckdb: HsiDuckDBResource,
+    *,
+    on_result: Callable[[ScenarioResult], None] | None = None,
+    concurrency: int | None = None,
+    deadline: float | None = None,
+) -> StoredRun:
+    """Run one pass, store each result as it comes (short connections: none is held across an LLM call), then the
+    figures of each configuration it yields and their kappa against every other stored configuration."""
+    target = _llm_for(configuration, llm) if llm is not None and configuration.llm else None
+
+    def store(result: ScenarioResult) -> None:
+        with duckdb.get_connection() as conn:
+            save_result(conn, result)
+        if on_result is not None:
+            on_result(result)
+
+    try:
+        run = evaluate_configuration(
+            configuration, scenarios, target, settings, on_result=store, concurrency=concurrency, deadline=deadline
+        )
+    finally:
+        if target is not None and target is not llm:
+            target.teardown_after_execution(dg.build_init_resource_context())
+    endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
+    figures: dict[str, ConfigurationFigures] = {}
+    with duckdb.get_connection() as conn:
+        for name, results in run.results.items():
+            figures[name] = summarise(name, results)
+            others = [c for c in stored_configurations(conn) if c != name]
+            agreement = [(other, *pairwise_kappa(results, load_results(conn, other))) for other in others]
+            is_floor = name == configuration.floor_name
+            save_configuration(
+                conn,
+                name,
+                endpoint=None if is_floor else endpoint,
+                model="evidence floor" if is_floor else run.model,
+                quality_level=configuration.quality_level,
+                prompt_sha256=None if is_floor else _prompt_sha256(configuration.schema),
+                description=_description(configuration, name),
+            )
+            finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
+        compared = stored_configurations(conn)
+    return StoredRun(run, figures, compared, endpoint)
+
+
+def report_for(
+    duckdb: HsiDuckDBResource,
+    configurations: Sequence[str],
+    scenario_source: str,
+    *,
+    image_ref: Callable[[str, bytes], str] = lambda key, png: data_uri(png),
+) -> str:
+    """The markdown report for stored configurations; `image_ref(key, png)` places each chart (default: embedded as
+    a base64 data URI) and returns its reference."""
+    with duckdb.get_connection(read_only=True) as conn:
+        figures = load_figures(conn, configurations)
+        results = [r for name in configurations for r in load_results(conn, name)]
+        agreement = load_agreement(conn, configurations)
+        details = load_configuration_details(conn)
+    charts = {"comparison": comparison_png(figures)}
+    for item in figures:
+        charts[f"confusion:{item.configuration}"] = confusion_png(item)
+    images = {key: image_ref(key, png) for key, png in charts.items()}
+    return render_report(figures, results, agreement, details, scenario_source=scenario_source, images=images)
