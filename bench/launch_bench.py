@@ -31,7 +31,8 @@ from dagster._core.instance import InstanceRef  # noqa: E402
 
 from hsi_dagster.llm.embedded import free_port  # noqa: E402
 from hsi_dagster.settings import HsiSettings  # noqa: E402
-from tests.support.dagster_procs import start_logged, stop_group, submit_run  # noqa: E402
+from tests.support.dagster_procs import submit_run  # noqa: E402
+from tests.support.processes import start_logged, stop_group  # noqa: E402
 
 BIN = Path(sys.executable).parent
 JOB = "partition_retention_job"

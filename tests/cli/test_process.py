@@ -2,13 +2,8 @@
 instance; the reclaim of a killed run's slots; and against the REAL embedded server: every closed batch assessed,
 runs recorded where the UI reads them, and never more LLM requests in flight than the server has slots."""
 
-import os
-import shutil
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import dagster as dg
 import duckdb
@@ -21,10 +16,9 @@ from hsi_dagster.partitions import LLAMA_SLOTS_POOL
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.ingest import ingest_lines
+from tests.support.instance_home import project_env, project_home, run_hsi
 from tests.support.pipeline_helpers import closed_windows, hours_ago, resources
 from tests.support.server_watch import ServerWatcher
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def fail_run(instance: dg.DagsterInstance, batch_id: str, broken_db: str) -> None:
@@ -107,29 +101,18 @@ def test_process_assesses_3x_parallel_batches_with_at_most_parallel_in_flight(ll
     parallel = llama_server.settings.PARALLEL
     db = str(tmp_path / "hsi.duckdb")
     ingest_lines(db, closed_windows(["a", "b", "c"], parallel, start=hours_ago(2)))  # 3 x PARALLEL windows
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "HSI_ENV_FILE": os.devnull,
-        "DAGSTER_HOME": str(home),
-        "HSI_DUCKDB_PATH": db,
-        "LLAMA_SERVER_URL": llama_server.url,
-        "CTX_SIZE": "8192",
-        "PARALLEL": str(parallel),
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
-        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
-    }
+    home = project_home(tmp_path)
+    env = project_env(
+        home,
+        db,
+        LLAMA_SERVER_URL=llama_server.url,
+        CTX_SIZE="8192",
+        PARALLEL=str(parallel),
+        NEMOTRON_MAX_OUTPUT_TOKENS="256",
+        PROMPT_SAFETY_MARGIN_TOKENS="256",
+    )
     with ServerWatcher(llama_server.url) as watcher:
-        done = subprocess.run(
-            [str(Path(sys.executable).parent / "hsi"), "process"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        done = run_hsi("process", env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert watcher.polls > 10
     assert watcher.max_processing <= parallel and watcher.max_deferred == 0
@@ -141,12 +124,5 @@ def test_process_assesses_3x_parallel_batches_with_at_most_parallel_in_flight(ll
         assert len(runs) == 3 * parallel
         assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
     # Nothing left: a second call finds no closed batch to process.
-    again = subprocess.run(
-        [str(Path(sys.executable).parent / "hsi"), "process"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = run_hsi("process", env=env)
     assert again.returncode == 0 and "0 runs" in again.stdout

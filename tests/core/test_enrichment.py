@@ -18,6 +18,7 @@ from hsi_dagster.core.enrichment import (
 )
 from hsi_dagster.core.prompt import build_sections
 from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, load_camera_profiles
+from tests.support.records import every_enrichment
 
 T0 = datetime(2026, 12, 1, 23, 30, tzinfo=UTC)
 
@@ -53,24 +54,7 @@ def ctx(dets, level="full", threshold=0.2, **kw):
     return build_context(batch(dets), dets, quality_level=level, clip_noise_threshold=threshold, **kw)
 
 
-FULL_ENRICHMENT = {
-    "florence": {
-        "caption": "a man at the door",
-        "dense_caption": "a man in a hoodie at the front door",
-        "regions": [{"label": "person", "caption": "a man", "bbox": [0, 0, 1, 1]}],
-    },
-    "clip": [{"label": "intruder", "score": 0.6}],
-    "scene": {"description": "porch at night", "lighting": "night", "indoor": False},
-    "pose": {"posture": "crouching", "score": 0.8},
-    "action": {"label": "loitering", "score": 0.7},
-    "pet": {"species": "dog", "score": 0.9},
-    "weather": {"condition": "rain", "visibility": "poor"},
-    "vehicle": {"type": "van", "color": "white", "plate": "AB12 CDE", "damage": "none"},
-    "clothing": {"description": "dark hoodie", "suspicious": True},
-    "violence": {"score": 0.1},
-    "reid": {"identity": "unknown", "known": False, "score": 0.5, "seen_before": False},
-    "depth": {"distance_m": 2.5},
-}
+FULL_ENRICHMENT = every_enrichment()
 
 
 # --------------------------------------------------------------------------- the definition of "repeat"

@@ -3,16 +3,16 @@
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from hsi_dagster.llm.embedded import free_port
+from tests.support.instance_home import project_env, project_home
+from tests.support.processes import start_logged, stop_group, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -21,15 +21,7 @@ LINEAGE = ["detection_batches", "enriched_contexts", "budgeted_prompts", "risk_a
 
 @pytest.fixture
 def dagster_env(tmp_path):
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    return {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "HSI_DUCKDB_PATH": str(tmp_path / "hsi.duckdb"),
-        "HSI_ENV_FILE": os.devnull,
-    }
+    return project_env(project_home(tmp_path), tmp_path / "hsi.duckdb")
 
 
 def test_definitions_validate_from_the_cli(dagster_env):
@@ -47,36 +39,23 @@ def test_definitions_validate_from_the_cli(dagster_env):
 
 def test_webserver_graphql_lists_the_four_assets_with_their_lineage(dagster_env, tmp_path):
     port = free_port()
-    with open(tmp_path / "webserver.log", "w") as log:  # the server keeps its own copy of the descriptor
-        server = subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO,
-            env=dagster_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    argv = [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    server = start_logged(argv, dagster_env, REPO, tmp_path / "webserver.log")
     query = "{ assetNodes { assetKey { path } dependencyKeys { path } groupName } }"
+
+    def asset_nodes() -> list | None:
+        assert server.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
+        reply = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=10)
+        return reply.json()["data"]["assetNodes"] or None
+
     try:
-        deadline = time.monotonic() + 120
-        nodes = None
-        while time.monotonic() < deadline:
-            try:
-                reply = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=10)
-                nodes = reply.json()["data"]["assetNodes"]
-                if nodes:
-                    break
-            except (httpx.HTTPError, KeyError, TypeError, ValueError):
-                pass
-            assert server.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
-            time.sleep(1)
-        assert nodes, "the webserver never answered the GraphQL query"
+        nodes = wait_for("the webserver to answer the GraphQL query with the assets", asset_nodes, timeout=300)
         deps = {"/".join(n["assetKey"]["path"]): {"/".join(d["path"]) for d in n["dependencyKeys"]} for n in nodes}
         assert set(LINEAGE) <= set(deps)
         for upstream, downstream in zip(LINEAGE, LINEAGE[1:], strict=False):
             assert deps[downstream] == {upstream}, downstream
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop_group(server)
 
 
 def _environ_writes(tree: ast.AST) -> list[int]:

@@ -4,13 +4,13 @@ repository root, as a user types them."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.instance_home import project_env, project_home
 
 REPO = Path(__file__).resolve().parents[2]
 DG = Path(sys.executable).parent / "dg"
@@ -19,16 +19,10 @@ LINEAGE = ["detection_batches", "enriched_contexts", "budgeted_prompts", "risk_a
 
 @pytest.fixture
 def dg_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    return {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "HSI_DUCKDB_PATH": str(tmp_path / "hsi.duckdb"),
-        "HSI_ENV_FILE": os.devnull,
-        "VIRTUAL_ENV": str(Path(sys.executable).parent.parent),  # the project's venv: no mismatch warning
-    }
+    # VIRTUAL_ENV: the project's venv, so dg warns of no mismatch
+    return project_env(
+        project_home(tmp_path), tmp_path / "hsi.duckdb", VIRTUAL_ENV=str(Path(sys.executable).parents[1])
+    )
 
 
 def _dg(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,20 +14,21 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 import pytest
 from dagster._core.instance import InstanceRef
 
-from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
+from hsi_dagster.core.batching import BatchRules, assign_batches
 from hsi_dagster.llm.embedded import free_port
+from hsi_dagster.sensors.inbox_archive import where_now
 from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import DatabaseNotFound, connect
 from hsi_dagster.synthetic.live import simulate_live
-from tests.support.dagster_procs import start_logged, stop_group
 from tests.support.llm_fixtures import RunningLlama
+from tests.support.processes import start_logged, stop_group
+from tests.support.records import detection_ref
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -117,17 +118,9 @@ def test_live_stream_every_window_assessed_exactly_once_through_the_sensors(
         writer = threading.Thread(target=lambda: files.extend(simulate_live(inbox, RATE, SECONDS, SEED)))
         writer.start()
         writer.join(SECONDS + 60)
-        records = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
-        refs = [
-            DetectionRef(
-                r["detection_id"],
-                r["camera_id"],
-                datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC),
-                r["label"],
-                float(r["confidence"]),
-            )
-            for r in records
-        ]
+        # inbox_sensor moves each file it has loaded to <inbox>/.processed/ (sensors/inbox_archive.py)
+        records = [json.loads(line) for f in files for line in where_now(f).read_text().splitlines() if line.strip()]
+        refs = [detection_ref(r) for r in records]
         windows = assign_batches(refs, BatchRules.from_settings(settings))
         assert len(windows) >= 2, f"the stream should have a few windows, got {len(windows)}"
         expected = {w.batch_id: len(w.detection_ids) for w in windows}

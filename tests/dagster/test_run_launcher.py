@@ -26,9 +26,10 @@ from dagster._core.test_utils import create_run_for_test
 from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import serialize_value
 
-from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.instance.launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
-from tests.support.dagster_procs import start_logged, stop_group, submit_run
+from hsi_dagster.llm.embedded import free_port
+from tests.support.dagster_procs import submit_run
+from tests.support.processes import start_logged, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -18,7 +18,14 @@ from hsi_dagster.sensors import InboxCursor, batch_window_sensor, inbox_sensor, 
 from hsi_dagster.sensors import inbox as inbox_module
 from hsi_dagster.storage.batches import pending_closed_batches
 from hsi_dagster.storage.ingest import ingest_lines
-from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
+from tests.support.pipeline_helpers import (
+    closed_windows,
+    detection,
+    hours_ago,
+    materialize_request,
+    resources,
+    sensor_tick,
+)
 
 
 @pytest.fixture
@@ -99,14 +106,7 @@ def test_closed_window_whose_run_failed_before_recording_is_requested_again_afte
     first = sensor_tick(batch_window_sensor, instance, res, None)
     [request] = first.run_requests
     broken = {**res, "duckdb": HsiDuckDBResource(database=str(tmp_path))}  # a folder, not a DuckDB file
-    failed = dg.materialize(
-        [detection_batches],
-        partition_key=request.partition_key,
-        instance=instance,
-        resources=broken,
-        tags=request.tags,
-        raise_on_error=False,
-    )
+    failed = materialize_request([detection_batches], request, instance, broken, raise_on_error=False)
     assert not failed.success
     assert sensor_tick(batch_window_sensor, instance, res, first.cursor).run_requests == []
     later = time.time() + 601  # past the 600 s grace

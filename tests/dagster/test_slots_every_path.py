@@ -38,9 +38,9 @@ from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
 from hsi_dagster.settings import HsiSettings, load_settings
 from tests.support.counting_proxy import CountingProxy
-from tests.support.dagster_procs import start_logged
 from tests.support.llm_fixtures import RunningLlama
 from tests.support.pipeline_helpers import closed_windows
+from tests.support.processes import start_logged
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -20,7 +20,8 @@ from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.ingest import ingest_files
-from tests.support.pipeline_helpers import hours_ago, resources, sensor_tick
+from tests.support.ledger import counts
+from tests.support.pipeline_helpers import hours_ago, materialize_request, resources, sensor_tick
 from tests.support.rich_batches import detection_records
 
 pytestmark = pytest.mark.llm
@@ -29,26 +30,23 @@ PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessm
 
 def ledger(db: str) -> dict[str, int]:
     """Where every detection ended (the columns of docs/RELIABILITY.md)."""
-    with duckdb.connect(db, read_only=True) as conn:
-        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
-        return {
-            "detections": one("SELECT count(*) FROM detections"),
-            "quarantined": one("SELECT count(*) FROM quarantine"),
-            "batches": one("SELECT count(*) FROM detection_batches"),
+    return counts(
+        db,
+        {
+            "detections": "SELECT count(*) FROM detections",
+            "quarantined": "SELECT count(*) FROM quarantine",
+            "batches": "SELECT count(*) FROM detection_batches",
             # the model's verdict stored: schema-valid (ok) or not after one repair (SmolLM2-135M sometimes)
-            "assessments": one("SELECT count(*) FROM risk_assessments WHERE status IN ('ok', 'invalid_output')"),
+            "assessments": "SELECT count(*) FROM risk_assessments WHERE status IN ('ok', 'invalid_output')",
             # a stored detection in no batch, or in a batch without a stored assessment
-            "lost": one(
-                "SELECT count(*) FROM detections d WHERE NOT EXISTS (SELECT 1 FROM detection_batches b"
-                " JOIN risk_assessments r USING (batch_id) WHERE list_contains(b.detection_ids, d.detection_id)"
-                " AND d.batch_id = b.batch_id)"
-            ),
-            "duplicates": one(
-                "SELECT count(*) FROM (SELECT id FROM (SELECT unnest(detection_ids) AS id FROM detection_batches)"
-                " GROUP BY id HAVING count(*) > 1)"
-            )
-            + one("SELECT count(*) - count(DISTINCT batch_id) FROM risk_assessments"),
-        }
+            "lost": "SELECT count(*) FROM detections d WHERE NOT EXISTS (SELECT 1 FROM detection_batches b"
+            " JOIN risk_assessments r USING (batch_id) WHERE list_contains(b.detection_ids, d.detection_id)"
+            " AND d.batch_id = b.batch_id)",
+            "duplicates": "SELECT (SELECT count(*) FROM (SELECT id FROM (SELECT unnest(detection_ids) AS id"
+            " FROM detection_batches) GROUP BY id HAVING count(*) > 1))"
+            " + (SELECT count(*) - count(DISTINCT batch_id) FROM risk_assessments)",
+        },
+    )
 
 
 def test_ninety_regions_are_cut_batched_and_assessed_and_an_oversize_field_quarantined(
@@ -96,9 +94,7 @@ def test_ninety_regions_are_cut_batched_and_assessed_and_an_oversize_field_quara
         tick = sensor_tick(batch_window_sensor, instance, res, None)
         assert len(tick.run_requests) == 2  # the garage batch and the fast-path person
         for request in tick.run_requests:
-            result = dg.materialize(
-                PIPELINE, partition_key=request.partition_key, instance=instance, resources=res, tags=request.tags
-            )
+            result = materialize_request(PIPELINE, request, instance, res)
             assert result.success
         with duckdb.connect(db, read_only=True) as conn:
             prompts = conn.execute("SELECT messages FROM budgeted_prompts").fetchall()

@@ -28,7 +28,7 @@ import pytest
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_files
-from tests.support.ledger import ledger
+from tests.support.ledger import counts, ledger
 from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
 
 pytestmark = pytest.mark.llm
@@ -99,15 +99,16 @@ def _kill_at_commit(target, args: tuple, marker: Path) -> int:
 
 
 def _counts(db: str) -> dict[str, int]:
-    with connect(db, read_only=True) as conn:
-        one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
-        return {
-            "detections": one("SELECT count(*) FROM detections"),
-            "quarantined": one("SELECT count(*) FROM quarantine"),
-            "files": one("SELECT count(*) FROM ingested_files"),
-            "claimed": one("SELECT count(*) FROM detections WHERE batch_id IS NOT NULL"),
-            "batches": one("SELECT count(*) FROM detection_batches"),
-        }
+    return counts(
+        db,
+        {
+            "detections": "SELECT count(*) FROM detections",
+            "quarantined": "SELECT count(*) FROM quarantine",
+            "files": "SELECT count(*) FROM ingested_files",
+            "claimed": "SELECT count(*) FROM detections WHERE batch_id IS NOT NULL",
+            "batches": "SELECT count(*) FROM detection_batches",
+        },
+    )
 
 
 def test_kill_9_mid_write_leaves_no_partial_rows_and_the_next_run_repairs(llama_server, tmp_path):

@@ -8,10 +8,6 @@ a server that answers 503 "Loading model" is still waited for (tests/reliability
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,31 +21,18 @@ from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.ingest import ingest_lines
+from tests.support.instance_home import project_env, project_home, run_hsi
 from tests.support.ledger import ledger
 from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick, step_failure_message
 
 pytestmark = pytest.mark.llm
-REPO = Path(__file__).resolve().parents[2]
-HSI = str(Path(sys.executable).parent / "hsi")
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
 FAIL_FAST_SECONDS = 30  # CLI start-up (Dagster import, ~5-10 s on 2 busy cores) + the 3 s refused wait
 
 
 def _hsi_env(tmp_path: Path, db: str, url: str) -> dict[str, str]:
-    home = tmp_path / "dagster_home"
-    home.mkdir(exist_ok=True)
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    return {
-        **os.environ,
-        "HSI_ENV_FILE": os.devnull,
-        "DAGSTER_HOME": str(home),
-        "HSI_DUCKDB_PATH": db,
-        "LLAMA_SERVER_URL": url,
-        "CTX_SIZE": "8192",
-        "PARALLEL": "2",
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
-        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
-    }
+    settings = {"CTX_SIZE": "8192", "PARALLEL": "2", "NEMOTRON_MAX_OUTPUT_TOKENS": "256"}
+    return project_env(project_home(tmp_path), db, LLAMA_SERVER_URL=url, PROMPT_SAFETY_MARGIN_TOKENS="256", **settings)
 
 
 def test_hsi_process_without_a_server_says_so_within_seconds_and_the_batches_complete_later(llama_server, tmp_path):
@@ -59,7 +42,7 @@ def test_hsi_process_without_a_server_says_so_within_seconds_and_the_batches_com
     env = _hsi_env(tmp_path, db, nowhere)
 
     started = time.monotonic()
-    done = subprocess.run([HSI, "process"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = run_hsi("process", env=env, timeout=120)
     seconds = time.monotonic() - started
     assert done.returncode == 3, done.stdout + done.stderr
     assert seconds < FAIL_FAST_SECONDS, seconds
@@ -72,7 +55,7 @@ def test_hsi_process_without_a_server_says_so_within_seconds_and_the_batches_com
     assert ledger(db).assessments == 0
 
     env["LLAMA_SERVER_URL"] = llama_server.url  # a server answers now
-    done = subprocess.run([HSI, "process"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = run_hsi("process", env=env, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2 runs, 0 failed" in done.stdout
     after = ledger(db)

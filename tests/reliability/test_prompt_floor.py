@@ -26,7 +26,13 @@ from hsi_dagster.resources import PipelineSettingsResource
 from hsi_dagster.sensors import batch_window_sensor, unassessed_fast_path_sensor
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.ingest import ingest_lines
-from tests.support.pipeline_helpers import hours_ago, resources, sensor_tick
+from tests.support.pipeline_helpers import (
+    hours_ago,
+    materialize_request,
+    resources,
+    run_failure_context,
+    sensor_tick,
+)
 from tests.support.rich_batches import detection_records
 
 pytestmark = pytest.mark.llm
@@ -41,32 +47,30 @@ def garage_night(db: str) -> None:
     assert (report.loaded, report.quarantined) == (6, 0)
 
 
-def with_settings(res: dict, **values: int) -> dict:
-    """The test resources with the issue's output reserve and a given margin (CTX_SIZE=8192, PARALLEL=2)."""
+def garage_night_with_margin(tmp_path: Path, url: str, margin: int) -> tuple[str, dict]:
+    """The night of the issue in a fresh database, and the test resources with the issue's output reserve (1536)
+    and the given safety margin (CTX_SIZE=8192, PARALLEL=2)."""
+    db = str(tmp_path / "hsi.duckdb")
+    garage_night(db)
     settings = load_settings(
         os.devnull,
         CTX_SIZE=8192,
         PARALLEL=2,
-        HSI_INBOX_DIR=str(Path(res["duckdb"].database).parent / "inbox"),
-        **values,
+        HSI_INBOX_DIR=str(tmp_path / "inbox"),
+        NEMOTRON_MAX_OUTPUT_TOKENS=1536,
+        PROMPT_SAFETY_MARGIN_TOKENS=margin,
     )
-    return {**res, "pipeline_settings": PipelineSettingsResource.from_settings(settings)}
+    return db, {**resources(db, url), "pipeline_settings": PipelineSettingsResource.from_settings(settings)}
 
 
 def test_the_batch_of_the_issue_is_assessed(llama_server, tmp_path: Path) -> None:
     started = time.monotonic()
-    db = str(tmp_path / "hsi.duckdb")
-    garage_night(db)
-    res = with_settings(
-        resources(db, llama_server.url), NEMOTRON_MAX_OUTPUT_TOKENS=1536, PROMPT_SAFETY_MARGIN_TOKENS=256
-    )
+    db, res = garage_night_with_margin(tmp_path, llama_server.url, margin=256)
     with dg.instance_for_test() as instance:
         tick = sensor_tick(batch_window_sensor, instance, res, None)
         assert len(tick.run_requests) == 1
         (request,) = tick.run_requests
-        result = dg.materialize(
-            PIPELINE, partition_key=request.partition_key, instance=instance, resources=res, tags=request.tags
-        )
+        result = materialize_request(PIPELINE, request, instance, res)
         assert result.success
         prompt_metadata = result.asset_materializations_for_node("budgeted_prompts")[0].metadata
         assert prompt_metadata["budget_source"].value == "server /props per-slot n_ctx"
@@ -89,32 +93,14 @@ def test_the_batch_of_the_issue_is_assessed(llama_server, tmp_path: Path) -> Non
 
 
 def test_a_batch_whose_floor_cannot_fit_alerts_unassessed(llama_server, tmp_path: Path) -> None:
-    db = str(tmp_path / "hsi.duckdb")
-    garage_night(db)
     # 4096 - 1536 - 1300 = 1260 served tokens = 1032 cl100k: under the batch's floor (1122)
-    res = with_settings(
-        resources(db, llama_server.url), NEMOTRON_MAX_OUTPUT_TOKENS=1536, PROMPT_SAFETY_MARGIN_TOKENS=1300
-    )
+    db, res = garage_night_with_margin(tmp_path, llama_server.url, margin=1300)
     with dg.instance_for_test() as instance:
         tick = sensor_tick(batch_window_sensor, instance, res, None)
         (request,) = tick.run_requests
-        failed = dg.materialize(
-            PIPELINE,
-            partition_key=request.partition_key,
-            instance=instance,
-            resources=res,
-            tags=request.tags,
-            raise_on_error=False,
-        )
+        failed = materialize_request(PIPELINE, request, instance, res, raise_on_error=False)
         assert not failed.success
-        context = dg.build_run_status_sensor_context(
-            sensor_name="unassessed_fast_path_sensor",
-            dagster_event=failed.get_run_failure_event(),
-            dagster_instance=instance,
-            dagster_run=failed.dagster_run,
-            resources={"duckdb": res["duckdb"], "alert_webhook": res["alert_webhook"]},
-        ).for_run_failure()
-        unassessed_fast_path_sensor(context)
+        unassessed_fast_path_sensor(run_failure_context(failed, instance, res))
         again = sensor_tick(batch_window_sensor, instance, res, tick.cursor)
         assert not again.run_requests  # recorded as prompt_too_large: not requested again and again
     with duckdb.connect(db, read_only=True) as conn:

@@ -34,6 +34,7 @@ from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections
 from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment
 from hsi_dagster.llm.client import LlamaClient
+from tests.support.records import every_enrichment
 
 T0 = datetime(2026, 12, 1, 2, 40, tzinfo=UTC)
 BUDGET = 3200  # cl100k tokens: roomy for one detection, so no section is removed and the two cases compare
@@ -85,24 +86,7 @@ def _base_record() -> dict[str, Any]:
         "bbox": [0.2, 0.3, 0.4, 0.9],
         "track_id": "trk-1",
         "zone": "driveway",
-        "enrichment": {
-            "florence": {
-                "caption": "a person walking up the driveway",
-                "dense_caption": "a person in a dark jacket walking up a paved driveway at night",
-                "regions": [{"label": "jacket", "caption": "a zipped black jacket", "bbox": [0.2, 0.4, 0.4, 0.7]}],
-            },
-            "clip": [{"label": "a person walking", "score": 0.8}],
-            "scene": {"description": "a driveway at night with two parked cars", "lighting": "night", "indoor": False},
-            "pose": {"posture": "walking", "score": 0.7},
-            "action": {"label": "walking", "score": 0.6},
-            "pet": {"species": "none seen", "score": 0.1},
-            "weather": {"condition": "clear", "visibility": "good"},
-            "vehicle": {"type": "sedan", "color": "grey", "plate": "AB12 CDE", "damage": "none visible"},
-            "clothing": {"description": "dark jacket and jeans", "suspicious": False},
-            "violence": {"score": 0.02},
-            "depth": {"distance_m": 6.5},
-            "reid": {"identity": "unknown visitor", "known": False, "score": 0.3, "seen_before": False},
-        },
+        "enrichment": every_enrichment(),
     }
 
 

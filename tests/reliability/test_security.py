@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +33,7 @@ from hsi_dagster.definitions import build_resources
 from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.ingest import ingest_lines
+from tests.support.instance_home import project_env, project_home, run_hsi
 from tests.support.pipeline_helpers import closed_windows, hours_ago
 
 REPO = Path(__file__).resolve().parents[2]
@@ -217,29 +217,18 @@ def test_the_key_never_appears_in_logs_run_records_duckdb_or_ui_config(keyed_llm
     url, server_log = keyed_llm_serve
     db = str(tmp_path / "hsi.duckdb")
     ingest_lines(db, closed_windows(["gate"], 1, start=hours_ago(2)))
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {
-        **os.environ,
-        "HSI_ENV_FILE": os.devnull,
-        "DAGSTER_HOME": str(home),
-        "HSI_DUCKDB_PATH": db,
-        "LLAMA_SERVER_URL": url,
-        "LLAMA_API_KEY": KEY,
-        "CTX_SIZE": "4096",
-        "PARALLEL": "1",
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
-        "PROMPT_SAFETY_MARGIN_TOKENS": "256",
-    }
-    done = subprocess.run(
-        [str(BIN / "hsi"), "process"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
+    home = project_home(tmp_path)
+    env = project_env(
+        home,
+        db,
+        LLAMA_SERVER_URL=url,
+        LLAMA_API_KEY=KEY,
+        CTX_SIZE="4096",
+        PARALLEL="1",
+        NEMOTRON_MAX_OUTPUT_TOKENS="256",
+        PROMPT_SAFETY_MARGIN_TOKENS="256",
     )
+    done = run_hsi("process", env=env, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with duckdb.connect(db, read_only=True) as conn:
         assert conn.execute("SELECT count(*) FROM risk_assessments").fetchone() == (1,)

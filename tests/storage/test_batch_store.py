@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches, closed_batches
+from hsi_dagster.core.batching import BatchRules, assign_batches, closed_batches
 from hsi_dagster.storage.batches import (
     BatchNotClosed,
     BatchNotFound,
@@ -21,6 +21,7 @@ from hsi_dagster.storage.batches import (
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.synthetic.streams import simulate
+from tests.support.records import detection_ref
 
 T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 RULES = BatchRules()
@@ -76,16 +77,7 @@ def test_pending_closed_batches_match_the_pure_rules(conn) -> None:
     records = list(simulate(2, start=T0, duration_s=3600, events_per_hour=60))
     ingest_lines(conn, [json.dumps(r) for r in records])
     as_of = at(1800)
-    refs = [
-        DetectionRef(
-            r["detection_id"],
-            r["camera_id"],
-            datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC),
-            r["label"],
-            r["confidence"],
-        )
-        for r in records
-    ]
+    refs = [detection_ref(r) for r in records]
     expected = closed_batches(assign_batches([r for r in refs if r.ts <= as_of], RULES), as_of)
     pending = pending_closed_batches(conn, RULES, as_of)
     assert pending == expected and len(pending) > 20

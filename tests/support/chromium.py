@@ -4,9 +4,7 @@ no browser download. Enough for UI tests: open a page, wait for a DOM condition,
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
 import signal
 import subprocess
 import time
@@ -19,6 +17,7 @@ import httpx
 from websockets.sync.client import ClientConnection, connect
 
 from hsi_dagster.llm.embedded import free_port
+from tests.support.processes import stop_group
 
 FLAGS = (
     "--headless",
@@ -123,21 +122,5 @@ def chromium_page(binary: str, profile_dir: Path, *, width: int = 1600, height: 
             )
             yield page
     finally:
-        _stop_group(process)
+        stop_group(process, grace_s=10, first=signal.SIGTERM)
         log.close()
-
-
-def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM to the browser's own process group, SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    with contextlib.suppress(ProcessLookupError):  # helpers that outlived the browser process
-        os.killpg(process.pid, signal.SIGKILL)

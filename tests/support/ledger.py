@@ -32,6 +32,12 @@ class Ledger:
         assert self.assessments == self.batches, self
 
 
+def counts(db: str, queries: dict[str, str]) -> dict[str, int]:
+    """Each named `SELECT count(...)` run on the database, read-only."""
+    with connect(db, read_only=True) as conn:
+        return {name: int((conn.execute(sql).fetchone() or (0,))[0] or 0) for name, sql in queries.items()}
+
+
 def ledger(db: str) -> Ledger:
     with connect(db, read_only=True) as conn:
 

@@ -113,6 +113,33 @@ def sensor_tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, res: 
     return result
 
 
+def materialize_request(
+    assets: list, request: dg.RunRequest, instance: dg.DagsterInstance, res: dict, *, raise_on_error: bool = True
+) -> dg.ExecuteInProcessResult:
+    """Run what a sensor requested, as the daemon would: the request's partition and tags, in process."""
+    return dg.materialize(
+        assets,
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=res,
+        tags=request.tags,
+        raise_on_error=raise_on_error,
+    )
+
+
+def run_failure_context(
+    failed: dg.ExecuteInProcessResult, instance: dg.DagsterInstance, res: dict
+) -> dg.RunFailureSensorContext:
+    """What a run-failure sensor (unassessed_fast_path_sensor) receives for the failed run."""
+    return dg.build_run_status_sensor_context(
+        sensor_name="unassessed_fast_path_sensor",
+        dagster_event=failed.get_run_failure_event(),
+        dagster_instance=instance,
+        dagster_run=failed.dagster_run,
+        resources={"duckdb": res["duckdb"], "alert_webhook": res["alert_webhook"]},
+    ).for_run_failure()
+
+
 def step_failure_message(result: dg.ExecuteInProcessResult) -> str:
     """The first step failure's message with its causes (the retry wrapper's, then the Failure that caused it)."""
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hsi_dagster.core.detections import Detection, Rejection, validate_record
+from hsi_dagster.core.detections import ENRICHMENT_SPEC, Detection, Rejection, validate_record
 from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.synthetic import streams as sim
 from hsi_dagster.synthetic.bad_lines import BAD_KINDS, bad_lines
@@ -65,20 +65,7 @@ def test_enrichment_looks_like_the_vision_models(two_days: list[tuple[str, dict]
     enrichments = [r["enrichment"] for _, r in two_days if "enrichment" in r]
     assert 0.2 < len(enrichments) / len(two_days) < 0.5
     keys = Counter(k for e in enrichments for k in e)
-    assert set(keys) >= {
-        "florence",
-        "clip",
-        "scene",
-        "pose",
-        "action",
-        "pet",
-        "weather",
-        "vehicle",
-        "clothing",
-        "violence",
-        "depth",
-        "reid",
-    }
+    assert set(keys) >= set(ENRICHMENT_SPEC)  # every vision model of the contract
     florence = [e["florence"] for e in enrichments if "florence" in e]
     assert any(f["dense_caption"] == f["caption"] for f in florence)  # dense captions sometimes repeat the caption
     assert any(r["caption"] == f["caption"] for f in florence for r in f["regions"])  # and so do region captions

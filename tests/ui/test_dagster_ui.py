@@ -6,12 +6,9 @@ HSI_UPDATE_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,6 +30,7 @@ from hsi_dagster.resources import HsiDuckDBResource
 from tests.support.chromium import Page, chromium_page
 from tests.support.debian_tools import ensure_debian_tools
 from tests.support.observability_data import DAY, build_processed_set
+from tests.support.processes import start_logged, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -48,22 +46,6 @@ class Webserver:
     url: str
     home: Path
     groups: tuple[str, ...]
-
-
-def _stop_group(process: subprocess.Popen, grace_s: float = 2.0) -> None:
-    """SIGINT to the webserver's process group (it and its code server), SIGKILL after a grace period."""
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=grace_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    with contextlib.suppress(ProcessLookupError):  # the code server, if it outlived the webserver
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +66,8 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webserver]:
     # The instance's storage is created here first, so the webserver and this process never race to create it.
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs_count()
-        with open(folder / "webserver.log", "w") as log:
-            process = subprocess.Popen(
-                [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-                cwd=folder,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        argv = [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+        process = start_logged(argv, env, folder, folder / "webserver.log")
         try:
             # While it starts: the processed batches in DuckDB, and the day's timeline materialized on the same
             # instance by the project's own job.
@@ -107,7 +82,7 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webserver]:
             )
             assert result.success
         except BaseException:
-            _stop_group(process)
+            stop_group(process, grace_s=2.0)
             raise
     url = f"http://127.0.0.1:{port}"
     try:
@@ -126,7 +101,7 @@ def webserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webserver]:
             time.sleep(0.5)
         yield Webserver(url, home, tuple(sorted({node["groupName"] for node in nodes})))
     finally:
-        _stop_group(process)
+        stop_group(process, grace_s=2.0)
 
 
 @pytest.fixture(scope="module")
