@@ -278,7 +278,8 @@ class StreamFile:
 
 def read_stream(inbox: Path) -> list[StreamFile]:
     files = []
-    for path in sorted(inbox.glob("*.jsonl")):
+    # inbox_sensor moves each file it has loaded to <inbox>/.processed/ (hsi_dagster/sensors/inbox_archive.py)
+    for path in sorted([*inbox.glob("*.jsonl"), *inbox.glob(".processed/*.jsonl")], key=lambda p: p.name):
         if path.name.startswith("."):
             continue
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -168,6 +168,11 @@ class HsiSettings(BaseSettings):
         le=3.0,
         description="Served-model tokens per cl100k token, worst case (`hsi llm calibrate`); scales the estimates.",
     )
+    ASSESSMENT_SCHEMA: Literal["rubric", "plain"] = Field(
+        "rubric",
+        description="Output schema: rubric = observations and yes/no rubric answers before the score (the model's "
+        "score is the rubric's); plain = score first (core/risk.py).",
+    )
 
     # --- history (issue 25; core/history.py): what is usual at this camera and hour, what the other cameras saw ---
     HISTORY_ENABLED: bool = Field(True, description="Compute the baseline and cross-camera sections for each batch.")

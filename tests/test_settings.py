@@ -46,6 +46,7 @@ DEFAULTS: dict[str, object] = {
     "SENSOR_MAX_BATCHES_PER_TICK": 200,
     "SENSOR_HOLD_SECONDS": 4.0,
     "INBOX_WRITE_DELAY_SECONDS": 1.0,
+    "INBOX_RETENTION_HOURS": 24.0,
     "INGEST_MAX_LINE_BYTES": 65536,  # contract section 6: the bounds, named where a user looks
     "INGEST_MAX_LABEL_CHARS": 64,
     "INGEST_MAX_TAG_CHARS": 128,

@@ -8,21 +8,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
+from duckdb import DuckDBPyConnection
 
 from hsi_dagster.assets.ingest import IngestConfig
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
-from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.sensors.alerts import alert_on_evidence
 from hsi_dagster.sensors.hold import keep_holding, next_due, wait_for_change
+from hsi_dagster.sensors.inbox_archive import prune_archive, retire
 from hsi_dagster.sensors.window_planning import WindowPlan, partition_requests, plan_windows
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import DatabaseNotFound, written_files
-from hsi_dagster.storage.ingest import FileReport, IngestError, ingest_files
+from hsi_dagster.storage.ingest import FileReport, IngestError, already_ingested, ingest_files
 
 DETECTIONS_KEY = dg.AssetKey("detections")
 INBOX_PATTERNS = ("*.jsonl", "*.jsonl.gz")
 INBOX_MAX_FILES_PER_TICK = 500
 INBOX_MAX_BYTES_PER_TICK = 32 * 2**20  # a larger file is ingested by a run of ingest_job instead
 INBOX_MAX_SECONDS_PER_TICK = 20.0  # well under the daemon's 60 s sensor timeout
+INBOX_PRUNE_EVERY_SECONDS = 60.0  # how often a tick looks for archived files past INBOX_RETENTION_HOURS
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,15 @@ def inbox_files(inbox: Path) -> list[InboxFile]:
 
 @dataclass
 class InboxCursor:
-    """Files handled (path -> "size:mtime_ns"; ingested here or handed to an ingest run) and the window planner's
-    cursor. Only a hint: `ingested_files` in DuckDB is what keeps a file from being loaded twice."""
+    """Files handled and still in the inbox (path -> "size:mtime_ns"; loaded ones leave it, see inbox_archive.py),
+    those of them handed to an ingest run (archived once the run has recorded them), when the archive was last
+    pruned, and the window planner's cursor. Only a hint: `ingested_files` in DuckDB is what keeps a file from being
+    loaded twice."""
 
     files: dict[str, str] = field(default_factory=dict)
     windows: str | None = None
+    handed_on: dict[str, str] = field(default_factory=dict)
+    pruned_at: float = 0.0
 
     @classmethod
     def from_json(cls, text: str | None) -> "InboxCursor":
@@ -66,10 +74,19 @@ class InboxCursor:
         data = json.loads(text)
         if "files" not in data or not isinstance(data.get("files"), dict):  # before #17: path -> version only
             return cls(files={k: v for k, v in data.items() if isinstance(v, str)})
-        return cls(files=dict(data["files"]), windows=data.get("windows"))
+        return cls(
+            files=dict(data["files"]),
+            windows=data.get("windows"),
+            handed_on=dict(data.get("handed_on") or {}),
+            pruned_at=float(data.get("pruned_at") or 0.0),
+        )
 
     def to_json(self) -> str:
-        return json.dumps({"files": self.files, "windows": self.windows}, sort_keys=True, separators=(",", ":"))
+        return json.dumps(
+            {"files": self.files, "windows": self.windows, "handed_on": self.handed_on, "pruned_at": self.pruned_at},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
 
 
 class InboxTick:
@@ -83,6 +100,8 @@ class InboxTick:
         self.started = time.time()
         self.cursor = InboxCursor.from_json(context.cursor)
         self.handled: dict[str, str] = {}
+        self.handed_on = dict(self.cursor.handed_on)
+        self.retired: list[str] = []  # loaded and recorded, then archived (or deleted)
         self.ingest_runs: list[dg.RunRequest] = []
         self.reports: list[FileReport] = []
         self.failed: dict[str, str] = {}
@@ -110,13 +129,15 @@ class InboxTick:
                         run_config=dg.RunConfig(ops={"detections": IngestConfig(paths=[str(f.path.resolve())])}),
                     )
                 )
-                self.handled[str(f.path)] = f.version
+                self.handled[str(f.path)] = self.handed_on[str(f.path)] = f.version
                 handed_on = True
             elif self.loaded_files + len(to_load) < INBOX_MAX_FILES_PER_TICK and f.size <= budget and not self.pending:
                 to_load.append(f)
                 budget -= f.size
             else:
                 self.pending.append(f)
+        self.handed_on = {path: v for path, v in self.handed_on.items() if self.handled.get(path) == v}
+        loaded: list[InboxFile] = []
         if to_load:
             with self.duckdb.get_connection() as conn:
                 for index, f in enumerate(to_load):
@@ -130,10 +151,43 @@ class InboxTick:
                         self.failed[str(f.path)] = str(exc)
                     else:
                         self.reports += report.files
+                        loaded.append(f)
                     self.handled[str(f.path)] = f.version
                     self.loaded_files += 1
                     self.loaded_bytes += f.size
+                self.retire_recorded(conn, loaded)
+        elif self.handed_on:  # files an ingest run may have loaded since
+            with self.duckdb.get_connection() as conn:
+                self.retire_recorded(conn, [f for f in listed if str(f.path) in self.handed_on])
         return bool(to_load) or handed_on
+
+    def retire_recorded(self, conn: DuckDBPyConnection, files: list[InboxFile]) -> None:
+        """Take the files `ingested_files` records as they are now (loaded to their end) out of the inbox and the
+        cursor (inbox_archive.py). One that changed since, or cannot be moved, stays for the next round."""
+        retention = self.settings.INBOX_RETENTION_HOURS
+        for f in files:
+            try:
+                now = f.path.stat()
+                if not already_ingested(conn, f.path, now.st_size, now.st_mtime_ns):
+                    continue
+                retire(f.path, retention)
+            except OSError as exc:
+                self.context.log.warning(f"loaded inbox file {f.path} stays in the inbox: {exc}")
+                continue
+            self.handled.pop(str(f.path), None)
+            self.handed_on.pop(str(f.path), None)
+            self.retired.append(f.path.name)
+
+    def prune_archive(self) -> float:
+        """Delete archived files past INBOX_RETENTION_HOURS, at most every INBOX_PRUNE_EVERY_SECONDS; returns when
+        the archive was last pruned (for the cursor)."""
+        retention = self.settings.INBOX_RETENTION_HOURS
+        if retention <= 0 or self.started - self.cursor.pruned_at < INBOX_PRUNE_EVERY_SECONDS:
+            return self.cursor.pruned_at
+        pruned = prune_archive(self.inbox, retention, self.started)
+        if pruned:
+            self.context.log.info(f"{len(pruned)} archived inbox files older than {retention:g} h deleted")
+        return self.started
 
     def plan(self) -> WindowPlan | None:
         """Windows are decided only up to the oldest file still waiting (all older files are loaded by now) and
@@ -164,6 +218,7 @@ class InboxTick:
                         "quarantined": sum(r.quarantined for r in self.reports),
                         "already_ingested": sum(r.skipped for r in self.reports),
                         "failed": dg.MetadataValue.json(self.failed),
+                        "retired_from_inbox": len(self.retired),
                         "elapsed_s": round(time.time() - self.started, 3),
                     },
                 )
@@ -172,7 +227,12 @@ class InboxTick:
             run_requests=self.ingest_runs + (plan.requests if plan else []),
             asset_events=events,
             dynamic_partitions_requests=partition_requests(plan.new_partitions if plan else []),
-            cursor=InboxCursor(self.handled, plan.cursor.to_json() if plan else self.cursor.windows).to_json(),
+            cursor=InboxCursor(
+                self.handled,
+                plan.cursor.to_json() if plan else self.cursor.windows,
+                self.handed_on,
+                self.prune_archive(),
+            ).to_json(),
         )
 
 
@@ -180,7 +240,10 @@ class InboxTick:
     jobs=[ingest_job, batch_pipeline_job], minimum_interval_seconds=1, default_status=dg.DefaultSensorStatus.RUNNING
 )
 def inbox_sensor(
-    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+    context: dg.SensorEvaluationContext,
+    duckdb: HsiDuckDBResource,
+    pipeline_settings: PipelineSettingsResource,
+    alert_webhook: AlertWebhookResource,
 ) -> dg.SensorResult | dg.SkipReason:
     """Files dropped in HSI_INBOX_DIR are loaded here, in the tick (a run per file cost seconds each and queued
     behind one another), and reported as `detections` materializations; then the windows closed by then are
@@ -189,13 +252,16 @@ def inbox_sensor(
     come from `hsi ingest` or Frigate), and ends as soon as it has runs to request (not at the next tick, up to
     5 s later). Bounded per tick (files, bytes, seconds); a file over the byte bound
     goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
-    `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op."""
+    `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op. After each load
+    (and each write by another path) detections whose evidence alone is high or critical alert at once, before
+    any window closes (sensors/alerts.py `alert_on_evidence`)."""
     settings = pipeline_settings.get()
     inbox = Path(settings.HSI_INBOX_DIR)
     if not inbox.is_dir():
         return dg.SkipReason(f"no inbox folder at {inbox}")
     tick = InboxTick(context, duckdb, settings, inbox)
     tick.load_new_files()
+    alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
     plan = tick.plan()
     hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
     delay = settings.INBOX_WRITE_DELAY_SECONDS
@@ -208,5 +274,6 @@ def inbox_sensor(
         if not wait_for_change(due, hold_until, watch):
             break
         tick.load_new_files()
+        alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
         plan = tick.plan()
     return tick.result(plan)

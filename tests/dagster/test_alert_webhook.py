@@ -23,7 +23,7 @@ from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource
 from hsi_dagster.sensors import high_risk_alert_sensor, unassessed_fast_path_sensor
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
 from hsi_dagster.storage.db import connect
-from tests.support.pipeline_helpers import resources, sensor_tick
+from tests.support.pipeline_helpers import resources, run_failure_context, sensor_tick
 
 NOW = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)
 COOLDOWN = 600.0
@@ -393,14 +393,7 @@ def test_failed_run_of_a_fast_path_batch_alerts_once(tmp_path: Path, webhook: We
         )
         assert not failed.success
         for _ in range(2):
-            context = dg.build_run_status_sensor_context(
-                sensor_name="unassessed_fast_path_sensor",
-                dagster_event=failed.get_run_failure_event(),
-                dagster_instance=instance,
-                dagster_run=failed.dagster_run,
-                resources={"duckdb": res["duckdb"], "alert_webhook": res["alert_webhook"]},
-            ).for_run_failure()
-            unassessed_fast_path_sensor(context)
+            unassessed_fast_path_sensor(run_failure_context(failed, instance, res))
     assert [post["json"]["alert_id"] for post in webhook.posts] == ["fp-1:unassessed"]
     with connect(db) as c:
         assert c.execute("SELECT alert_id, kind, webhook_status FROM alerts").fetchall() == [

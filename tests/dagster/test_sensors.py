@@ -2,6 +2,7 @@
 (ephemeral) Dagster instance."""
 
 import os
+import shutil
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -171,8 +172,9 @@ def test_inbox_sensor_loads_each_file_once_in_the_tick_also_after_restart(instan
 
 
 def test_inbox_tick_that_died_midway_loses_and_repeats_nothing(instance, tmp_path):
-    """The tick loaded the files but died before its cursor was stored: the next tick, from the old cursor,
-    reads them again and loads nothing twice (`ingested_files`); a file that changed is loaded again."""
+    """The tick loaded the files but died before its cursor was stored and before it took the files out of the
+    inbox: the next tick, from the old cursor, reads them again and loads nothing twice (`ingested_files`); a file
+    that changed is loaded again."""
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     db = str(tmp_path / "db.duckdb")
@@ -180,12 +182,15 @@ def test_inbox_tick_that_died_midway_loses_and_repeats_nothing(instance, tmp_pat
     (inbox / "b.jsonl").write_text(detection("x2", "cam", hours_ago(1)) + "\n")
     res = resources(db, HSI_INBOX_DIR=str(inbox))
     sensor_tick(inbox_sensor, instance, res, None)  # its cursor is lost
+    for name in ("a.jsonl", "b.jsonl"):  # as they were before it archived them (inbox_archive.py)
+        shutil.copy2(inbox / ".processed" / name, inbox / name)
     redo = sensor_tick(inbox_sensor, instance, res, None)
     [event] = redo.asset_events
     assert event.metadata["loaded"].value == 0 and event.metadata["already_ingested"].value == 2
     assert loaded_ids(db) == ["x1", "x2"]
-    with (inbox / "b.jsonl").open("a") as out:  # appended to: a new version of the file
-        out.write(detection("x3", "cam", hours_ago(1)) + "\n")
+    (inbox / "b.jsonl").write_text(  # written again, longer: a new version of the file
+        detection("x2", "cam", hours_ago(1)) + "\n" + detection("x3", "cam", hours_ago(1)) + "\n"
+    )
     grown = sensor_tick(inbox_sensor, instance, res, redo.cursor)
     assert materialized_files(grown) == ["b.jsonl"] and grown.asset_events[0].metadata["loaded"].value == 1
     assert loaded_ids(db) == ["x1", "x2", "x3"]

@@ -33,6 +33,7 @@ from dagster._core.instance import InstanceRef
 from hsi_dagster.cli.instance import apply_pool_limits
 from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
 from hsi_dagster.llm.embedded import free_port
+from hsi_dagster.sensors.inbox_archive import PROCESSED_DIR
 from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import connect
 from tests.reliability.stream_ledger import Ledger, ledger, successful_runs_per_partition
@@ -112,7 +113,9 @@ def _sensors_ticked(log: Path) -> bool:
 
 
 def _stream(inbox: Path) -> list[dict]:
-    return [json.loads(line) for path in sorted(inbox.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    """Every record the stream wrote: in the inbox, or moved to <inbox>/.processed/ once loaded (inbox_archive.py)."""
+    paths = sorted([*inbox.glob("*.jsonl"), *(inbox / PROCESSED_DIR).glob("*.jsonl")], key=lambda p: p.name)
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
 def test_daemon_killed_and_terminated_mid_stream_every_window_assessed_once(llama_server, tmp_path: Path) -> None:
@@ -202,7 +205,7 @@ def test_daemon_killed_and_terminated_mid_stream_every_window_assessed_once(llam
     final = ledger(db, ids, successful_runs=runs)
     failed = [r for r in batch_runs if r.dagster_run.status != dg.DagsterRunStatus.SUCCESS]
     print(
-        f"\n{len(ids)} detections in {len(list(inbox.glob('*.jsonl')))} files, {len(windows)} windows; "
+        f"\n{len(ids)} detections in {len(list(inbox.glob('**/*.jsonl')))} files, {len(windows)} windows; "
         f"{final.row()}; statuses {final.statuses}; batch runs {len(batch_runs)} ({len(failed)} not successful); "
         f"daemon-1 after SIGKILL {killed}, daemon-2 after SIGTERM {terminated}; "
         + ", ".join(f"{k} {v:.0f}s" for k, v in marks.items())
