@@ -66,6 +66,7 @@ DEFAULTS: dict[str, object] = {
     "CAMERA_CONTEXT_PATH": None,
     "PROMPT_SAFETY_MARGIN_TOKENS": 256,
     "PROMPT_TOKEN_RATIO": 1.22,
+    "ASSESSMENT_SCHEMA": "rubric",
     "BATCH_WINDOW_SECONDS": 90.0,
     "BATCH_IDLE_TIMEOUT_SECONDS": 30.0,
     "FAST_PATH_LABELS": ("person",),
@@ -97,6 +98,12 @@ DEFAULTS: dict[str, object] = {
     "MQTT_CA_FILE": None,
     "MQTT_CLIENT_ID": "hsi-frigate-listen",
     "MQTT_SESSION_EXPIRY_SECONDS": 7 * 86400,
+    "MQTT_PUBLISH": False,
+    "MQTT_TOPIC_PREFIX": "hsi",
+    "MQTT_DISCOVERY_PREFIX": "homeassistant",
+    "MQTT_PUBLISH_CLIENT_ID": "hsi-verdicts",
+    "MQTT_CONNECT_TIMEOUT_SECONDS": 5.0,
+    "FRIGATE_WRITEBACK": "off",
 }
 
 

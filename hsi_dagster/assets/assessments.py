@@ -1,4 +1,5 @@
-"""`risk_assessments`: the schema-constrained JSON verdict of the LLM for each batch, stored with its token figures."""
+"""`risk_assessments`: the schema-constrained JSON verdict of the LLM for each batch, raised to the evidence floor
+(core/verdict.py), stored with the model's own score, the floor's score and reasons, and its token figures."""
 
 import hashlib
 import json
@@ -15,8 +16,13 @@ from hsi_dagster.assets.checks import (
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.assessment import OK, AssessmentOutcome, assess
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA
+from hsi_dagster.core.assessment import FLOOR_ONLY, OK, AssessmentOutcome, assess, verdict_fields
+from hsi_dagster.core.enrichment import EnrichedContext
+from hsi_dagster.core.evidence import Floor, evidence_floor
+from hsi_dagster.core.history import HistoryFacts
+from hsi_dagster.core.prompt import schema_of_messages
+from hsi_dagster.core.risk import PLAIN, assessment_schema
+from hsi_dagster.core.verdict import Verdict, raised_by_evidence_alerts
 from hsi_dagster.llm.client import (
     ChatResult,
     LlamaRequestRejected,
@@ -27,15 +33,51 @@ from hsi_dagster.llm.client import (
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.batches import batch_camera_id
-from hsi_dagster.storage.pipeline_tables import load_assessment, load_prompt, save_assessment
+from hsi_dagster.storage.evidence_alerts import alerts_for_batch, attach_batch
+from hsi_dagster.storage.pipeline_tables import load_assessment, load_context_json, load_prompt, save_assessment
 
 LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 
-def assess_on_server(llm: LlamaServerResource, messages: list[dict], max_tokens: int) -> AssessmentOutcome[ChatResult]:
-    """The call-and-repair loop (core/assessment.py) with llama-server's schema-constrained chat as the call."""
-    return assess(messages, lambda chat: llm.chat_json(chat, RISK_JSON_SCHEMA, max_tokens=max_tokens))
+def assess_on_server(
+    llm: LlamaServerResource, messages: list[dict], max_tokens: int, schema: str = PLAIN
+) -> AssessmentOutcome[ChatResult]:
+    """The call-and-repair loop (core/assessment.py) with llama-server's schema-constrained chat as the call
+    (temperature 0 and a fixed seed: the same batch judged twice gets the same answer)."""
+    json_schema = assessment_schema(schema)
+    return assess(messages, lambda chat: llm.chat_json(chat, json_schema, max_tokens=max_tokens), schema)
+
+
+def batch_history(enriched: EnrichedContext) -> HistoryFacts | None:
+    """The history facts the floor reads: those computed for the batch's prompt (enriched_contexts, issue 25), None
+    when history is off or the context predates it. The one place to change if they come from elsewhere."""
+    return enriched.history
+
+
+def batch_floor(conn, batch_id: str, camera_id: str, settings: HsiSettings, profiles: dict) -> tuple[Floor, list[str]]:
+    """The evidence floor of a stored batch (its EnrichedContext, the camera's profile as configured now, the
+    history facts), raised to the evidence-only alerts already sent for its detections; and those alerts' keys."""
+    enriched = EnrichedContext.from_json(load_context_json(conn, batch_id))
+    profile = profiles.get(camera_id) or enriched.camera_profile
+    floor = evidence_floor(enriched, profile, batch_history(enriched), settings.evidence_rules())
+    alerts = alerts_for_batch(conn, batch_id)
+    return raised_by_evidence_alerts(floor, alerts), [alert["alert_key"] for alert in alerts]
+
+
+def verdict_metadata(verdict: Verdict, ignored: tuple[str, ...]) -> dict:
+    """Who decided and why, for the Dagster UI."""
+    reasons = "\n".join(f"- {reason}" for reason in verdict.floor_reasons) or "- no evidence rule fired"
+    if ignored:
+        reasons += "\n\nIgnored (malformed enrichment):\n" + "\n".join(f"- {line}" for line in ignored)
+    return {
+        "decided_by": verdict.decided_by,
+        "model_score": verdict.model_score if verdict.model_score is not None else -1,
+        "floor_score": verdict.floor_score,
+        "verdict": verdict.explanation(),
+        "floor_reasons": dg.MetadataValue.md(reasons),
+    }
 
 
 @dg.asset(
@@ -75,6 +117,7 @@ def risk_assessments(
         prompt = load_prompt(conn, batch_id)
         camera_id = batch_camera_id(conn, batch_id)
     messages = prompt["messages"]
+    schema = schema_of_messages(messages, settings.ASSESSMENT_SCHEMA)
     prompt_hash = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     base_row = {
         "batch_id": batch_id,
@@ -85,7 +128,7 @@ def risk_assessments(
     }
     try:
         info = llm.ensure_ready()
-        outcome = assess_on_server(llm, messages, max_output_tokens)
+        outcome = assess_on_server(llm, messages, max_output_tokens, schema)
     except (LlamaServerUnavailable, SchemaNotEnforced) as exc:
         # Nothing is written: the batch stays unassessed and the sensor asks again later. The step is retried only
         # when the server may answer within the retry delays: not when nothing listens at the URL (no retry storm).
@@ -100,7 +143,11 @@ def risk_assessments(
             description=f"batch {batch_id}: the server rejected the prompt: {exc}", allow_retries=False
         ) from exc
 
-    fields = outcome.fields()
+    with duckdb.get_connection() as conn:
+        floor, evidence_alert_keys = batch_floor(
+            conn, batch_id, camera_id, settings, pipeline_settings.camera_profiles()
+        )
+    fields, verdict = verdict_fields(outcome, floor)
     calls = outcome.replies
     row = {
         **base_row,
@@ -114,9 +161,14 @@ def risk_assessments(
     }
     with duckdb.get_connection() as conn:
         save_assessment(conn, row)
+        attach_batch(conn, batch_id, evidence_alert_keys)
     with duckdb.get_connection() as conn:
         stored = load_assessment(conn, batch_id)
-    if fields["status"] != OK:
+    if fields["status"] == FLOOR_ONLY:
+        context.log.warning(
+            f"batch {batch_id}: output invalid after one repair; evidence decides: {verdict.explanation()}"
+        )
+    elif fields["status"] != OK:
         context.log.warning(f"batch {batch_id}: output invalid after one repair attempt: {fields['error']}")
 
     return dg.MaterializeResult(
@@ -134,6 +186,8 @@ def risk_assessments(
             "llm_calls": len(calls),
             "model": row["model"],
             "max_output_tokens": max_output_tokens,
+            "assessment_schema": schema,
+            **verdict_metadata(verdict, floor.ignored),
         },
         check_results=[
             stored_assessment_valid(stored),

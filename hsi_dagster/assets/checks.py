@@ -4,11 +4,13 @@
   scaled by the token ratio, fit the stored budget. The budgeting counted section by section and stopped cutting
   when its running sum fitted; this recount does not use that sum, so an undercount or a mangled row fails it.
 - `stored_assessment_valid` (risk_assessments): the row AS READ BACK: the stored assessment JSON validates against
-  RISK_JSON_SCHEMA (the schema llama-server was given, checked with jsonschema rather than the parser's pydantic
-  models), its fields agree with the columns, and the stored level is the band of the stored score; an invalid
-  output is stored with the reply and the reason.
+  the schema llama-server was given (plain or rubric, core/risk.py; checked with jsonschema rather than the
+  parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
+  (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) and the
+  level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
+  and the reason; an invalid output is stored with the reply and the reason.
 - `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
-  band of its own score. The stored level is always derived from the score, so only the model's level can
+  band of its own number. The stored level is always derived from the stored score, so only the model's level can
   disagree: a model that contradicts itself is worth a look (prompt, model or calibration).
 - `prompt_within_budget` (risk_assessments, warning): llama-server's own count of the prompt (usage.prompt_tokens)
   against the budget: the cl100k estimate times PROMPT_TOKEN_RATIO must not have undercounted the served model.
@@ -26,7 +28,9 @@ import dagster as dg
 from jsonschema import Draft202012Validator
 
 from hsi_dagster.core.budget import TokenCounter
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RISK_LEVELS, level_for_score
+from hsi_dagster.core.risk import PLAIN_JSON_SCHEMA, RISK_LEVELS, RUBRIC_RISK_JSON_SCHEMA, level_for_score
+from hsi_dagster.core.rubric import rubric_score
+from hsi_dagster.core.verdict import FLOOR_ONLY, FLOOR_STANDS_ALONE
 
 PROMPT_FITS = "prompt_fits_budget"
 STORED_VALID = "stored_assessment_valid"
@@ -34,7 +38,8 @@ MODEL_LEVEL = "model_level_matches_score"
 SERVER_TOKENS = "prompt_within_budget"
 
 MAX_PROBLEMS_SHOWN = 5
-_SCHEMA = Draft202012Validator(RISK_JSON_SCHEMA)
+_PLAIN = Draft202012Validator(PLAIN_JSON_SCHEMA)
+_RUBRIC = Draft202012Validator(RUBRIC_RISK_JSON_SCHEMA)
 
 
 def prompt_fits_budget(
@@ -54,6 +59,21 @@ def prompt_fits_budget(
     )
 
 
+def _score_problems(row: Mapping[str, Any], model_score: int | None) -> list[str]:
+    """The stored score against max(model_score, floor_score), the level against the band of the stored score."""
+    problems = []
+    if row.get("model_score") != model_score:
+        problems.append(f"model_score: column {row.get('model_score')!r} but the stored reply gives {model_score!r}")
+    floor = row.get("floor_score")
+    expected = max(model_score or 0, floor if isinstance(floor, int) else 0)
+    score = row.get("risk_score")
+    if score != expected:
+        problems.append(f"risk_score {score!r} is not max(model {model_score!r}, floor {floor!r}) = {expected}")
+    if isinstance(score, int) and 0 <= score <= 100 and level_for_score(score) != row.get("risk_level"):
+        problems.append(f"risk_level {row.get('risk_level')!r} is not the band of score {score}")
+    return problems
+
+
 def _stored_problems(row: Mapping[str, Any] | None) -> list[str]:
     if row is None:
         return ["no row stored for the batch"]
@@ -62,25 +82,33 @@ def _stored_problems(row: Mapping[str, Any] | None) -> list[str]:
         return (
             [] if row.get("raw_output") is not None and row.get("error") else ["invalid output without reply or reason"]
         )
+    if status == FLOOR_ONLY:
+        problems = (
+            [] if row.get("raw_output") is not None and row.get("error") else ["floor_only without reply or reason"]
+        )
+        if not isinstance(row.get("floor_score"), int) or row["floor_score"] < FLOOR_STANDS_ALONE:
+            problems.append(f"floor_only with floor_score {row.get('floor_score')!r} < {FLOOR_STANDS_ALONE}")
+        return problems + _score_problems(row, None)
     if status != "ok":
         return [f"status {status!r} is not a stored assessment"]
     try:
         assessment = json.loads(row["assessment"]) if isinstance(row.get("assessment"), str) else row.get("assessment")
     except json.JSONDecodeError as exc:
         return [f"assessment is not JSON: {exc}"]
+    if not isinstance(assessment, dict):
+        return ["assessment is not an object"]
+    validator = _RUBRIC if "rubric" in assessment else _PLAIN
     problems = [
         f"assessment{''.join(f'[{p!r}]' for p in error.absolute_path)}: {error.message}"
-        for error in sorted(_SCHEMA.iter_errors(assessment), key=lambda e: list(map(str, e.absolute_path)))
+        for error in sorted(validator.iter_errors(assessment), key=lambda e: list(map(str, e.absolute_path)))
     ]
-    if not isinstance(assessment, dict):
-        return problems or ["assessment is not an object"]
-    for column in ("risk_score", "risk_level", "summary", "reasoning"):
+    for column in ("summary", "reasoning"):
         if assessment.get(column) != row.get(column):
             problems.append(f"{column}: column {row.get(column)!r} but assessment {assessment.get(column)!r}")
-    score = row.get("risk_score")
-    if isinstance(score, int) and 0 <= score <= 100 and level_for_score(score) != row.get("risk_level"):
-        problems.append(f"risk_level {row.get('risk_level')!r} is not the band of score {score}")
-    return problems
+    rubric = assessment.get("rubric")
+    own = assessment.get("risk_score")
+    model_score = rubric_score(rubric) if isinstance(rubric, dict) else own if isinstance(own, int) else None
+    return problems + _score_problems(row, model_score)
 
 
 def stored_assessment_valid(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
@@ -95,9 +123,18 @@ def stored_assessment_valid(row: Mapping[str, Any] | None) -> dg.AssetCheckResul
     )
 
 
+def _own_score(row: Mapping[str, Any]) -> Any:
+    """The number the model wrote (in the stored reply), not the stored verdict score."""
+    try:
+        assessment = json.loads(row["assessment"]) if isinstance(row.get("assessment"), str) else row.get("assessment")
+    except json.JSONDecodeError:
+        return None
+    return assessment.get("risk_score") if isinstance(assessment, dict) else None
+
+
 def model_level_matches_score(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
     row = row or {}
-    score, model_level = row.get("risk_score"), row.get("model_risk_level")
+    score, model_level = _own_score(row), row.get("model_risk_level")
     if row.get("status") != "ok" or not isinstance(score, int) or not 0 <= score <= 100:
         passed, band = False, None  # no usable reply: nothing of the model's to agree
     else:
@@ -109,7 +146,7 @@ def model_level_matches_score(row: Mapping[str, Any] | None) -> dg.AssetCheckRes
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "model_risk_level": str(model_level) if model_level in RISK_LEVELS else f"{model_level!r} (not a level)",
-            "risk_score": score if isinstance(score, int) else -1,
+            "model_own_score": score if isinstance(score, int) else -1,
             "band_of_score": band or "none",
         },
     )

@@ -11,7 +11,7 @@ from hsi_dagster.core.alerts import PROMPT_TOO_LARGE
 from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.camera_profiles import camera_profile_text
 from hsi_dagster.core.enrichment import EnrichedContext
-from hsi_dagster.core.prompt import build_sections
+from hsi_dagster.core.prompt import build_sections, static_prompt
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_camera_id
@@ -71,6 +71,7 @@ def budgeted_prompts(
             choice.estimate_budget,
             token_counter(),
             batch_id=context.partition_key,
+            static=static_prompt(settings.ASSESSMENT_SCHEMA),
         )
     except PromptTooLarge as exc:
         with duckdb.get_connection() as conn:

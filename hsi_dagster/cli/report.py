@@ -1,4 +1,8 @@
-"""The readable risk report `hsi demo` prints: per camera, then overall token, latency and cache figures."""
+"""The readable risk report `hsi demo` prints: per camera, then overall token, latency and cache figures.
+
+Each listed verdict says who decided it: the model's score, or the evidence floor (core/verdict.py) with the first
+rule that fired; a `floor_only` batch (no usable model output, the evidence alone a verdict) counts as assessed.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,20 @@ import duckdb
 from hsi_dagster.storage.reports import ReportRow, report_rows
 
 LEVEL_ORDER = ("critical", "high", "medium", "low")
+VERDICT_STATUSES = ("ok", "floor_only")
+REASON_CHARS = 110
+
+
+def who_decided(row: ReportRow) -> str:
+    """'model 72 (floor 45)' or 'floor 90 > model 8: weapon: ...'; '' for rows stored before the floor existed."""
+    if row.decided_by is None:
+        return ""
+    model = "no model output" if row.model_score is None else f"model {row.model_score}"
+    if row.decided_by == "model":
+        return f"{model} (floor {row.floor_score or 0})"
+    reason = (row.floor_reasons or ["evidence rules"])[0]
+    reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
+    return f"floor {row.floor_score} > {model}: {reason}"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -29,7 +47,7 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
     for row in rows:
         cameras.setdefault(row.camera_id or "(unrecorded)", []).append(row)
     for camera, items in cameras.items():
-        assessed = [r for r in items if r.status == "ok"]
+        assessed = [r for r in items if r.status in VERDICT_STATUSES]
         counts = {level: sum(1 for r in assessed if r.risk_level == level) for level in LEVEL_ORDER}
         level_text = ", ".join(f"{counts[level]} {level}" for level in LEVEL_ORDER if counts[level]) or "none assessed"
         fast = sum(1 for r in items if r.close_reason == "fast_path")
@@ -37,10 +55,15 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
         lines.append(f"{camera}: {len(items)} batches ({fast} fast path), {detections} detections; {level_text}")
         for r in sorted(assessed, key=lambda r: -(r.risk_score or 0))[:top]:
             lines.append(f"  [{r.risk_level:>8} {r.risk_score:>3}] {r.summary}")
+            if who_decided(r):
+                lines.append(f"  {'':>14}decided by {who_decided(r)}")
         for r in items:
-            if r.status != "ok":
+            if r.status not in VERDICT_STATUSES:
                 lines.append(f"  [{'pending' if r.status is None else r.status}] {r.batch_id}")
     ok = [r for r in rows if r.status == "ok"]
+    with_floor = [r for r in rows if r.status in VERDICT_STATUSES and r.decided_by is not None]
+    by_floor = [r for r in with_floor if r.decided_by == "floor"]
+    floor_only = sum(1 for r in rows if r.status == "floor_only")
     measured = [r for r in rows if r.prompt_tokens]
     prompt_tokens = sum(r.prompt_tokens or 0 for r in measured)
     cached = sum(r.cached_tokens or 0 for r in measured)
@@ -49,8 +72,15 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
     trimmed = sum(1 for r in measured if r.sections_removed)
     lines += [
         "",
-        f"assessed: {len(ok)} ok, {sum(1 for r in rows if r.status == 'invalid_output')} invalid output, "
+        f"assessed: {len(ok)} ok, "
+        + (f"{floor_only} decided by the evidence alone (no usable model output), " if floor_only else "")
+        + f"{sum(1 for r in rows if r.status == 'invalid_output')} invalid output, "
         f"{sum(1 for r in rows if r.status is None)} pending",
+        *(
+            [f"evidence floor: decided {len(by_floor)} of {len(with_floor)} verdicts (raised above the model's score)"]
+            if with_floor
+            else []
+        ),
         f"context utilization: median {median(utilization):.2f}, max {max(utilization):.2f}; "
         f"{trimmed} prompts had sections removed"
         if utilization

@@ -49,6 +49,7 @@ from itertools import accumulate
 from hsi_dagster.core import sections
 from hsi_dagster.core.prompt import (
     BLOCK_SUFFIX,
+    STATIC_EXAMPLES,
     STATIC_INSTRUCTIONS,
     STATIC_SYSTEM_PROMPT,
     Section,
@@ -350,12 +351,15 @@ def fit_to_budget(
     counter: TokenCounter,
     *,
     batch_id: str | None = None,
+    static: tuple[str, str] | None = None,
 ) -> BudgetedPrompt:
     """Remove whole sections (FULL_REMOVAL_ORDER) until the prompt fits, then shorten florence and detections, then
-    degrade step by step (DEGRADATION_ORDER); PromptTooLarge only when the floor does not fit."""
+    degrade step by step (DEGRADATION_ORDER); PromptTooLarge only when the floor does not fit. `static`: the
+    (instructions, worked examples) of the output schema (core.prompt.static_prompt); default the default schema's."""
     if budget <= 0:
         raise ValueError(f"budget must be positive, got {budget}")
-    system = STATIC_SYSTEM_PROMPT
+    instructions, examples = static or (STATIC_INSTRUCTIONS, STATIC_EXAMPLES)
+    system = instructions + examples
     static_tokens = counter.count_static(system)
     overhead = 2 * counter.MESSAGE_OVERHEAD + counter.REPLY_PRIMING
     profile_tokens = counter.count(render_profile_block(camera_profile_text))
@@ -400,7 +404,7 @@ def fit_to_budget(
         if current <= budget:
             break
         if step == WORKED_EXAMPLES:
-            system = STATIC_INSTRUCTIONS
+            system = instructions
             static_tokens = counter.count_static(system)
         else:
             key = "florence" if step == FLORENCE_LINES else "detections"

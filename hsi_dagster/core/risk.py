@@ -7,6 +7,14 @@
   invalid optional items (dropped, with a warning). The level is always DERIVED from the score (the derived level
   wins); a different level from the model is recorded as a disagreement. Missing required fields are an error,
   which triggers the one repair attempt (`repair_messages`).
+- Two output schemas (ASSESSMENT_SCHEMA, `assessment_schema(name)`): `plain` (score, level, summary, reasoning,
+  optional lists) and `rubric` (evidence before the verdict: `observations`, then the yes/no `rubric` answers of
+  core/rubric.py, then the same fields). In the rubric schema the model's verdict score is the rubric score code
+  derives from its answers (`RiskAssessment.verdict_score`), not the number it wrote.
+- Bounded against loops: every string has a maxLength (llama.cpp enforces it in the grammar), the lists are short,
+  and `cut_repetition` cuts a phrase repeated over and over (a looping model) down to one occurrence, with a
+  warning. `schema_max_chars` is the longest reply a schema allows: the output budget holds it
+  (tests/core/test_risk.py), so a loop ends with the grammar's closing brace, not at max_tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hsi_dagster.core.rubric import RUBRIC_JSON_SCHEMA, RUBRIC_KEYS, rubric_score
 from hsi_dagster.core.text import strip_think
 
 RiskLevel = Literal["low", "medium", "high", "critical"]
@@ -29,12 +38,18 @@ LEVEL_BANDS: tuple[tuple[str, int, int], ...] = (
     ("critical", 85, 100),
 )
 
-SUMMARY_MAX = 200
-REASONING_MAX = 800
-TEXT_MAX = 200
-NAME_MAX = 60
-MAX_FACTORS, MAX_ENTITIES, MAX_FLAGS = 6, 8, 5
+# Bounds of every field: a looping model fills a string up to its maxLength and no further (schema_max_chars).
+SUMMARY_MAX = 160
+REASONING_MAX = 400
+TEXT_MAX = 100
+NAME_MAX = 40
+OBSERVATION_MAX = 100
+MAX_FACTORS, MAX_ENTITIES, MAX_FLAGS, MAX_OBSERVATIONS = 3, 3, 2, 5
 REPAIR_ECHO_MAX_CHARS = 2000
+
+PLAIN, RUBRIC = "plain", "rubric"
+ASSESSMENT_SCHEMA_NAMES: tuple[str, ...] = (PLAIN, RUBRIC)
+DEFAULT_ASSESSMENT_SCHEMA = RUBRIC  # the ASSESSMENT_SCHEMA default (README "Evaluation" has the figures)
 
 
 def level_for_score(score: int) -> str:
@@ -75,7 +90,21 @@ class ConfidenceFactors(_Model):
     enrichment_coverage: Literal["full", "partial", "minimal"] | None = None
 
 
+class RubricAnswers(_Model):
+    unknown_person: bool
+    tries_door_or_window: bool
+    carries_tool_or_weapon: bool
+    face_concealed: bool
+    forced_entry_or_damage: bool
+    violence: bool
+    takes_property: bool
+    loiters: bool
+
+
 class RiskAssessment(_Model):
+    # Rubric schema only (None in the plain one): evidence first, the model's own verdict after it.
+    observations: list[str] | None = Field(None, max_length=MAX_OBSERVATIONS)
+    rubric: RubricAnswers | None = None
     risk_score: int = Field(ge=0, le=100)
     risk_level: RiskLevel
     summary: str = Field(max_length=SUMMARY_MAX)
@@ -86,12 +115,18 @@ class RiskAssessment(_Model):
     recommended_action: str | None = Field(None, max_length=TEXT_MAX)
     confidence_factors: ConfidenceFactors | None = None
 
+    @property
+    def verdict_score(self) -> int:
+        """The score that counts as the model's: the rubric score of its answers when it gave them (rubric schema),
+        else the number it wrote."""
+        return rubric_score(self.rubric.model_dump()) if self.rubric is not None else self.risk_score
+
 
 def _str(max_length: int, **extra: Any) -> dict:
     return {"type": "string", "maxLength": max_length, **extra}
 
 
-RISK_JSON_SCHEMA: dict[str, Any] = {
+PLAIN_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "risk_score": {"type": "integer", "minimum": 0, "maximum": 100},
@@ -154,6 +189,67 @@ RISK_JSON_SCHEMA: dict[str, Any] = {
     "required": ["risk_score", "risk_level", "summary", "reasoning"],
     "additionalProperties": False,
 }
+RISK_JSON_SCHEMA = PLAIN_JSON_SCHEMA  # the name older callers and tests use
+
+RUBRIC_RISK_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "observations": {"type": "array", "maxItems": MAX_OBSERVATIONS, "items": _str(OBSERVATION_MAX)},
+        "rubric": RUBRIC_JSON_SCHEMA,
+        **PLAIN_JSON_SCHEMA["properties"],
+    },
+    "required": ["observations", "rubric", *PLAIN_JSON_SCHEMA["required"]],
+    "additionalProperties": False,
+}
+_SCHEMAS = {PLAIN: PLAIN_JSON_SCHEMA, RUBRIC: RUBRIC_RISK_JSON_SCHEMA}
+
+
+def assessment_schema(name: str) -> dict[str, Any]:
+    """The JSON schema sent to the server for ASSESSMENT_SCHEMA=`name` (plain | rubric)."""
+    try:
+        return _SCHEMAS[name]
+    except KeyError:
+        raise ValueError(
+            f"ASSESSMENT_SCHEMA={name!r}: accepted values are {', '.join(ASSESSMENT_SCHEMA_NAMES)}"
+        ) from None
+
+
+def schema_name_of(schema: dict[str, Any]) -> str:
+    """plain or rubric: which of the assessment schemas `schema` is (by its fields)."""
+    return RUBRIC if "rubric" in schema.get("properties", {}) else PLAIN
+
+
+def schema_max_chars(schema: dict[str, Any]) -> int:
+    """The longest compact JSON a schema allows (every string and list at its bound, optional fields present): an
+    upper bound on what a looping model can make the grammar emit. Enum strings count at their longest value."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return max(len(json.dumps(value)) for value in schema["enum"])
+    if kind == "string":
+        return 2 + 2 * int(schema["maxLength"])  # quotes; an escaped character takes two
+    if kind == "integer":
+        return max(len(str(schema.get("minimum", -(10**9)))), len(str(schema.get("maximum", 10**9))))
+    if kind == "boolean":
+        return len("false")
+    if kind == "array":
+        items = int(schema["maxItems"])
+        return 2 + items * schema_max_chars(schema["items"]) + max(0, items - 1) * 2
+    if kind == "object":
+        properties = schema["properties"]
+        fields = [len(json.dumps(key)) + 2 + schema_max_chars(sub) for key, sub in properties.items()]
+        return 2 + sum(fields) + max(0, len(fields) - 1) * 2
+    raise ValueError(f"schema_max_chars: no bound for {schema!r}")
+
+
+_REPEAT = re.compile(r"(.{4,80}?)(?:\s*\1){2,}", re.DOTALL)
+
+
+def cut_repetition(text: str) -> tuple[str, bool]:
+    """A phrase repeated three or more times in a row (a looping model) is kept once, followed by "…"."""
+    match = _REPEAT.search(text)
+    if match is None:
+        return text, False
+    return (text[: match.start()] + match.group(1)).rstrip() + "…", True
 
 
 @dataclass
@@ -245,8 +341,54 @@ def _optional_items(data: dict, key: str, model: type[BaseModel], limit: int, wa
     return items
 
 
-def parse_assessment(text: str) -> ParsedAssessment:
-    """Lenient parse of a model reply; `error` is set (and `assessment` None) when it cannot be used."""
+_YES_NO = {"yes": True, "true": True, "no": False, "false": False}
+
+
+def _rubric(data: dict, warnings: list[str]) -> tuple[RubricAnswers | None, str | None]:
+    """The rubric answers (booleans; "yes"/"no" accepted); an error names what is missing."""
+    raw = data.get("rubric")
+    if not isinstance(raw, dict):
+        return None, f"rubric is missing or not an object: {raw!r}"[:200]
+    answers: dict[str, bool] = {}
+    missing = []
+    for key in RUBRIC_KEYS:
+        value = raw.get(key)
+        if isinstance(value, str):
+            value = _YES_NO.get(value.strip().lower(), value)
+        if isinstance(value, bool):
+            answers[key] = value
+        else:
+            missing.append(key)
+    if missing:
+        return None, f"rubric answer(s) missing or not yes/no: {', '.join(missing)}"
+    return RubricAnswers(**answers), None
+
+
+def _bounded_text(value: str, limit: int, name: str, warnings: list[str]) -> str:
+    text, looped = cut_repetition(_cut(value, limit) or "")
+    if looped:
+        warnings.append(f"{name} repeats itself; cut to one occurrence")
+    return text
+
+
+def _observations(data: dict, warnings: list[str]) -> list[str]:
+    raw = data.get("observations")
+    if not isinstance(raw, list):
+        warnings.append("observations is not a list; ignored")
+        return []
+    kept = [
+        _bounded_text(item, OBSERVATION_MAX, f"observations[{index}]", warnings)
+        for index, item in enumerate(raw[:MAX_OBSERVATIONS])
+        if isinstance(item, str) and item.strip()
+    ]
+    if len(raw) > MAX_OBSERVATIONS:
+        warnings.append(f"observations: kept the first {MAX_OBSERVATIONS} of {len(raw)}")
+    return kept
+
+
+def parse_assessment(text: str, schema: str = PLAIN) -> ParsedAssessment:
+    """Lenient parse of a model reply under the `schema` (plain | rubric) it was asked for; `error` is set (and
+    `assessment` None) when it cannot be used."""
     cleaned = strip_think(text or "")
     data = extract_json_object(cleaned)
     if data is None:
@@ -271,6 +413,12 @@ def parse_assessment(text: str) -> ParsedAssessment:
         return ParsedAssessment(
             None, derived, model_level, disagrees, f"required field(s) missing or empty: {', '.join(missing)}", warnings
         )
+    rubric, observations = None, None
+    if schema == RUBRIC:
+        rubric, rubric_error = _rubric(data, warnings)
+        if rubric_error:
+            return ParsedAssessment(None, derived, model_level, disagrees, rubric_error, warnings)
+        observations = _observations(data, warnings)
     confidence = data.get("confidence_factors")
     confidence_model = None
     if isinstance(confidence, dict):
@@ -279,10 +427,12 @@ def parse_assessment(text: str) -> ParsedAssessment:
         except ValidationError as exc:
             warnings.append(f"confidence_factors dropped: {exc.errors()[0]['msg']}")
     assessment = RiskAssessment(
+        observations=observations,
+        rubric=rubric,
         risk_score=score,
         risk_level=derived,  # type: ignore[arg-type]
-        summary=_cut(data["summary"], SUMMARY_MAX) or "",
-        reasoning=_cut(data["reasoning"], REASONING_MAX) or "",
+        summary=_bounded_text(data["summary"], SUMMARY_MAX, "summary", warnings),
+        reasoning=_bounded_text(data["reasoning"], REASONING_MAX, "reasoning", warnings),
         risk_factors=_optional_items(data, "risk_factors", RiskFactor, MAX_FACTORS, warnings),
         entities=_optional_items(data, "entities", Entity, MAX_ENTITIES, warnings),
         flags=_optional_items(data, "flags", Flag, MAX_FLAGS, warnings),
@@ -294,12 +444,14 @@ def parse_assessment(text: str) -> ParsedAssessment:
     return ParsedAssessment(assessment, derived, model_level, disagrees, None, warnings)
 
 
-def repair_messages(messages: list[dict], bad_output: str, error: str) -> list[dict]:
+def repair_messages(messages: list[dict], bad_output: str, error: str, schema: str = PLAIN) -> list[dict]:
     """The single repair attempt: the original conversation (same cached prefix) + the bad reply + a fix request."""
     echoed = (bad_output or "")[:REPAIR_ECHO_MAX_CHARS]
+    required = "risk_score (integer 0-100), risk_level, summary and reasoning are required"
+    if schema == RUBRIC:
+        required = "observations, rubric (every question answered true or false), " + required
     instruction = (
         f"Your previous reply could not be used: {error}. Reply again with ONLY one JSON object that matches the "
-        "schema in the instructions: risk_score (integer 0-100), risk_level, summary and reasoning are required. "
-        "No prose, no code fences."
+        f"schema in the instructions: {required}. No prose, no code fences."
     )
     return [*messages, {"role": "assistant", "content": echoed}, {"role": "user", "content": instruction}]

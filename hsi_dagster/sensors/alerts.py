@@ -1,10 +1,28 @@
-"""Alert sensors: high or critical assessments -> alerts; a confident person the LLM could not assess still alerts."""
+"""Alert sensors: high or critical verdicts -> alerts; a confident person the LLM could not assess still alerts;
+and `send_evidence_alerts`, the alert before the LLM, which the inbox sensor's tick calls after each load."""
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 
+from hsi_dagster.core.camera_profiles import CameraProfile
+from hsi_dagster.core.evidence_alerts import EvidenceAlert, evidence_alerts
 from hsi_dagster.jobs import batch_pipeline_job
-from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource
+from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert
+from hsi_dagster.storage.evidence_alerts import (
+    claim_evidence_alert,
+    evidence_candidates,
+    pending_evidence_alerts,
+    set_webhook_status,
+)
+
+EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arrived this recently (keys dedupe)
+EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
+EVIDENCE_PENDING_RETRY_AFTER = timedelta(seconds=30)  # a claimed alert whose tick died before posting it
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 
@@ -40,3 +58,53 @@ def unassessed_fast_path_sensor(
         alert = unassessed_fast_path_alert(conn, batch_id)
         if alert:
             alert_webhook.raise_alert(conn, alert)
+
+
+def send_evidence_alerts(
+    duckdb: HsiDuckDBResource,
+    settings: HsiSettings,
+    profiles: Mapping[str, CameraProfile],
+    webhook: AlertWebhookResource,
+    now: datetime | None = None,
+) -> list[EvidenceAlert]:
+    """The alert before the LLM (core/evidence_alerts.py): detections ingested in the last minute (any path:
+    inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera + track +
+    cooldown slot and posted at once (the webhook; MQTT reads the table). Claimed before the post, so a pass that
+    runs again sends nothing twice; a claim whose tick died before its post is posted by a later pass. The
+    webhook's per-camera cooldown does not hold these back: the key already allows one per track and cooldown.
+    Returns the alerts posted."""
+    now = now or datetime.now(UTC)
+    with duckdb.get_connection() as conn:
+        rows, new_ids = evidence_candidates(conn, now - EVIDENCE_INGESTED_WITHIN, now - EVIDENCE_SEEN_WITHIN)
+        decided = evidence_alerts(
+            rows, new_ids, profiles, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS, rules=settings.evidence_rules()
+        )
+        claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
+        claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)
+    for alert in claimed:  # outside the connection: a slow webhook must not hold the database's write lock
+        status = webhook.post(alert.payload())
+        with duckdb.get_connection() as conn:
+            set_webhook_status(conn, alert.alert_key, status)
+    return claimed
+
+
+def alert_on_evidence(
+    context: dg.SensorEvaluationContext,
+    duckdb: HsiDuckDBResource,
+    pipeline_settings: PipelineSettingsResource,
+    webhook: AlertWebhookResource,
+) -> None:
+    """`send_evidence_alerts` from a sensor tick: logged, and never the reason a tick fails (the tick's own work,
+    loading and planning, must go on; the batch's verdict still alerts)."""
+    if not Path(duckdb.database).exists():
+        return  # nothing ingested yet; do not create the database here
+    try:
+        sent = send_evidence_alerts(duckdb, pipeline_settings.get(), pipeline_settings.camera_profiles(), webhook)
+    except Exception as exc:  # noqa: BLE001 - any failure here is logged, the tick goes on
+        context.log.error(f"evidence-only alerts: {type(exc).__name__}: {exc}")
+        return
+    for alert in sent:
+        context.log.warning(
+            f"evidence-only alert {alert.alert_key}: {alert.risk_level} {alert.risk_score}: "
+            + (alert.reasons[0] if alert.reasons else "")
+        )

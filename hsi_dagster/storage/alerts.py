@@ -17,9 +17,11 @@ from hsi_dagster.core.alerts import (
 
 
 def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:
-    """The alert the batch's valid (`ok`) assessment calls for, if any."""
+    """The alert the batch's verdict calls for, if any: a valid assessment (`ok`), or the evidence floor's verdict
+    when the model gave no usable output (`floor_only`, core/verdict.py)."""
     row = conn.execute(
-        "SELECT camera_id, risk_level, risk_score, summary FROM risk_assessments WHERE batch_id = ? AND status = 'ok'",
+        "SELECT camera_id, risk_level, risk_score, summary FROM risk_assessments"
+        " WHERE batch_id = ? AND status IN ('ok', 'floor_only')",
         [batch_id],
     ).fetchone()
     return None if row is None else risk_alert(batch_id, *row)
@@ -37,7 +39,8 @@ def unassessed_fast_path_alert(conn: duckdb.DuckDBPyConnection, batch_id: str) -
         return prompt_too_large_alert(batch_id, too_large[0], too_large[1] or [], too_large[2])
     row = conn.execute(
         "SELECT b.camera_id, b.labels FROM detection_batches b WHERE b.batch_id = ? AND b.close_reason = 'fast_path'"
-        " AND NOT EXISTS (SELECT 1 FROM risk_assessments r WHERE r.batch_id = b.batch_id AND r.status = 'ok')",
+        " AND NOT EXISTS (SELECT 1 FROM risk_assessments r WHERE r.batch_id = b.batch_id"
+        " AND r.status IN ('ok', 'floor_only'))",
         [batch_id],
     ).fetchone()
     return None if row is None else fast_path_unassessed_alert(batch_id, row[0], row[1] or [])

@@ -115,8 +115,9 @@ def load_prompt(conn, batch_id: str) -> dict[str, Any]:
 def save_assessment(conn, row: dict[str, Any]) -> None:
     row = dict(row)
     row.setdefault("assessed_at", _now())
-    if isinstance(row.get("assessment"), (dict, list)):
-        row["assessment"] = json.dumps(row["assessment"], ensure_ascii=False)
+    for column in ("assessment", "floor_reasons", "floor_ignored"):  # JSON columns
+        if isinstance(row.get(column), (dict, list, tuple)):
+            row[column] = json.dumps(row[column], ensure_ascii=False)
     _replace(conn, "risk_assessments", row)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 import duckdb
@@ -23,6 +24,10 @@ class ReportRow(NamedTuple):
     context_utilization: float | None
     latency_ms: float | None
     sections_removed: list[str] | None
+    model_score: int | None = None  # the model's own verdict score (core/verdict.py)
+    floor_score: int | None = None  # the evidence floor's
+    floor_reasons: list[str] | None = None  # the rules that fired
+    decided_by: str | None = None  # "model" or "floor"
 
 
 def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[ReportRow]:
@@ -32,9 +37,10 @@ def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[R
     rows = conn.execute(
         """WITH ids AS (SELECT unnest(?::VARCHAR[]) AS batch_id)
            SELECT i.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
-                  r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed
+                  r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed,
+                  r.model_score, r.floor_score, r.floor_reasons, r.decided_by
            FROM ids i LEFT JOIN detection_batches b USING (batch_id) LEFT JOIN risk_assessments r USING (batch_id)
            ORDER BY b.camera_id, b.started_at""",
         [batch_ids],
     ).fetchall()
-    return [ReportRow(*row) for row in rows]
+    return [ReportRow._make((*row[:-2], json.loads(row[-2]) if row[-2] else None, row[-1])) for row in rows]

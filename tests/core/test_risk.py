@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 
 from hsi_dagster.core.risk import (
     RISK_JSON_SCHEMA,
+    SUMMARY_MAX,
     RiskAssessment,
+    assessment_schema,
+    cut_repetition,
+    schema_max_chars,
     level_for_score,
     parse_assessment,
     repair_messages,
 )
+from hsi_dagster.core.budget import TokenCounter
+from hsi_dagster.core.rubric import RUBRIC_KEYS, rubric_score
+from hsi_dagster.settings import HsiSettings
 
 GOOD = {"risk_score": 12, "risk_level": "low", "summary": "Parcel delivered.", "reasoning": "Observed a courier."}
 
@@ -97,7 +105,7 @@ def test_invalid_output_is_an_error(text, fragment):
 def test_optional_parts_are_validated_item_by_item_and_text_is_bounded():
     reply = {
         **GOOD,
-        "summary": "s" * 500,
+        "summary": " ".join(f"word{i}" for i in range(200)),  # long, not a loop
         "flags": [
             {"type": "loitering", "description": "stayed 5 min", "severity": "alert"},
             {"type": "x", "description": "y", "severity": "apocalyptic"},
@@ -109,7 +117,7 @@ def test_optional_parts_are_validated_item_by_item_and_text_is_bounded():
     }
     parsed = parse_assessment(json.dumps(reply))
     a = parsed.assessment
-    assert len(a.summary) == 200 and [f.type for f in a.flags] == ["loitering"]
+    assert len(a.summary) == SUMMARY_MAX and [f.type for f in a.flags] == ["loitering"]
     assert a.risk_factors[0].contribution == 50 and a.entities[0].threat_level == "none"
     assert a.confidence_factors.enrichment_coverage == "partial"
     assert any("flags[1]" in w for w in parsed.warnings)
@@ -123,19 +131,23 @@ def _walk(schema, path="$"):
         yield from _walk(schema["items"], f"{path}[]")
 
 
-def test_schema_is_flat_bounded_and_matches_the_model():
-    text = json.dumps(RISK_JSON_SCHEMA)
+@pytest.mark.parametrize("name", ["plain", "rubric"])
+def test_schema_is_flat_bounded_and_matches_the_model(name):
+    schema = assessment_schema(name)
+    text = json.dumps(schema)
     assert "$ref" not in text and "definitions" not in text and "$defs" not in text
-    assert RISK_JSON_SCHEMA["required"] == ["risk_score", "risk_level", "summary", "reasoning"]
-    assert set(RISK_JSON_SCHEMA["properties"]) == set(RiskAssessment.model_fields)
-    for path, node in _walk(RISK_JSON_SCHEMA):
+    evidence = ["observations", "rubric"] if name == "rubric" else []
+    assert schema["required"] == [*evidence, "risk_score", "risk_level", "summary", "reasoning"]
+    assert list(schema["properties"])[: len(evidence) + 1] == [*evidence, "risk_score"]  # evidence before the score
+    assert set(schema["properties"]) == set(RiskAssessment.model_fields) - ({"observations", "rubric"} - set(evidence))
+    for path, node in _walk(schema):
         if node.get("type") == "string" and "enum" not in node:
             assert "maxLength" in node, path
         if node.get("type") == "array":
             assert "maxItems" in node, path
         if node.get("type") == "object":
             assert node.get("additionalProperties") is False, path
-    assert RISK_JSON_SCHEMA["properties"]["risk_score"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert schema["properties"]["risk_score"] == {"type": "integer", "minimum": 0, "maximum": 100}
 
 
 def test_llama_cpp_accepts_the_schema():
@@ -162,3 +174,98 @@ def test_repair_messages_append_to_the_same_prefix():
         and "no JSON object" in repaired[3]["content"]
         and "ONLY one JSON object" in repaired[3]["content"]
     )
+
+
+RUBRIC_YES = {"unknown_person": True, "tries_door_or_window": True}
+RUBRIC_REPLY = {
+    "observations": ["unknown person at the car for 50 s", "tries the handle"],
+    "rubric": {key: key in RUBRIC_YES for key in RUBRIC_KEYS},
+    **GOOD,
+}
+
+
+def test_rubric_reply_parses_and_its_verdict_score_is_the_rubric_score_not_its_number():
+    parsed = parse_assessment(json.dumps(RUBRIC_REPLY), "rubric")
+    a = parsed.assessment
+    assert parsed.error is None and a.observations == RUBRIC_REPLY["observations"]
+    assert a.risk_score == 12 and a.verdict_score == rubric_score(RUBRIC_REPLY["rubric"]) == 68
+    jsonschema.validate(a.model_dump(mode="json", exclude_none=True), assessment_schema("rubric"))
+    plain = parse_assessment(json.dumps(GOOD))
+    assert plain.assessment.verdict_score == 12 and plain.assessment.rubric is None
+
+
+def test_rubric_answers_as_yes_no_words_are_accepted_and_a_missing_answer_is_an_error():
+    words = {**RUBRIC_REPLY, "rubric": {key: "yes" if key in RUBRIC_YES else "No" for key in RUBRIC_KEYS}}
+    assert parse_assessment(json.dumps(words), "rubric").assessment.verdict_score == 68
+    missing = {**RUBRIC_REPLY, "rubric": {k: v for k, v in RUBRIC_REPLY["rubric"].items() if k != "violence"}}
+    parsed = parse_assessment(json.dumps(missing), "rubric")
+    assert parsed.assessment is None and "violence" in parsed.error
+    no_rubric = parse_assessment(json.dumps(GOOD), "rubric")
+    assert no_rubric.assessment is None and "rubric" in no_rubric.error
+    assert "observations, rubric" in repair_messages([], "{}", no_rubric.error, "rubric")[-1]["content"]
+
+
+@pytest.mark.parametrize(
+    "answers, score, level",
+    [
+        ({}, 5, "low"),
+        ({"unknown_person"}, 20, "low"),
+        ({"tries_door_or_window"}, 5, "low"),  # a resident opening a door is not a sign
+        ({"unknown_person", "loiters"}, 43, "medium"),
+        ({"unknown_person", "face_concealed", "loiters"}, 61, "high"),
+        ({"unknown_person", "tries_door_or_window"}, 68, "high"),
+        ({"violence"}, 90, "critical"),
+        ({"unknown_person", "carries_tool_or_weapon", "tries_door_or_window"}, 91, "critical"),
+    ],
+)
+def test_rubric_score_table(answers, score, level):
+    assert rubric_score({key: key in answers for key in RUBRIC_KEYS}) == score
+    assert level_for_score(score) == level
+
+
+def test_a_looping_phrase_is_cut_to_one_occurrence_and_prose_is_left_alone():
+    loop = "A person is looking at the car window. " + "looking at the car window " * 12
+    text, looped = cut_repetition(loop)
+    assert looped and text.count("looking at the car window") == 2 and text.endswith("…")
+    prose = "Observed: a courier at the door for 40 s. Inferred: routine delivery; nothing tried, nothing taken."
+    assert cut_repetition(prose) == (prose, False)
+    parsed = parse_assessment(json.dumps({**GOOD, "summary": loop[:150]}))
+    assert parsed.assessment.summary.endswith("…") and any("repeats itself" in w for w in parsed.warnings)
+
+
+LOOP = "looking at the car window "
+
+
+def _filled(schema: dict):
+    """The longest instance of `schema`: every string a loop of LOOP up to its maxLength, every list at maxItems,
+    every optional field present (what a looping model can make the grammar emit)."""
+    if "enum" in schema:
+        return max(schema["enum"], key=lambda v: len(json.dumps(v)))
+    kind = schema["type"]
+    if kind == "string":
+        return (LOOP * (schema["maxLength"] // len(LOOP) + 1))[: schema["maxLength"]]
+    if kind == "integer":
+        return schema.get("maximum", 100)
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        return [_filled(schema["items"]) for _ in range(schema["maxItems"])]
+    return {key: _filled(sub) for key, sub in schema["properties"].items()}
+
+
+@pytest.mark.parametrize("name", ["plain", "rubric"])
+def test_a_looping_reply_at_every_bound_fits_the_default_output_budget(name):
+    """Fault model: the issue's loop ("looking at the car window" until the token limit). The grammar stops each
+    string at its maxLength and each list at maxItems, so the longest reply the schema allows, every string a loop,
+    is what such a model can emit: it must end (closing brace) before NEMOTRON_MAX_OUTPUT_TOKENS, counted as the
+    served model counts (cl100k x PROMPT_TOKEN_RATIO, the calibrated worst case)."""
+    schema = assessment_schema(name)
+    longest = json.dumps(_filled(schema), ensure_ascii=False)
+    jsonschema.validate(json.loads(longest), schema)
+    assert len(longest) <= schema_max_chars(schema)
+    defaults = {key: HsiSettings.model_fields[key].default for key in ("NEMOTRON_MAX_OUTPUT_TOKENS", "PROMPT_TOKEN_RATIO")}
+    served_tokens = TokenCounter().count(longest) * defaults["PROMPT_TOKEN_RATIO"]
+    assert served_tokens < defaults["NEMOTRON_MAX_OUTPUT_TOKENS"], (len(longest), served_tokens)
+    # and the parser keeps one occurrence of the loop in each text it stores
+    reply = parse_assessment(longest, name)
+    assert reply.assessment is not None and reply.assessment.summary.count("car window") == 1

@@ -15,7 +15,9 @@ from hsi_dagster.assets.checks import (
     server_prompt_tokens_within_budget,
     stored_assessment_valid,
 )
-from hsi_dagster.core.assessment import assess
+from hsi_dagster.core.assessment import assess, verdict_fields
+from hsi_dagster.core.evidence import Floor
+from hsi_dagster.core.rubric import RUBRIC_KEYS
 from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.prompt import build_sections
@@ -45,10 +47,18 @@ class Reply:
         self.content = content
 
 
-def stored_row(reply: dict, **columns) -> dict:
-    """A risk_assessments row as it reads back from DuckDB (the JSON column as text)."""
-    fields = assess([], lambda _: Reply(json.dumps(reply))).fields()
-    row = {**fields, "assessment": json.dumps(fields["assessment"]), "prompt_tokens": 900, "context_budget": 3_300}
+NO_FLOOR = Floor(0, "low", (), ())
+WEAPON = Floor(90, "critical", ("weapon: detections.label 'knife' on 2 detections -> 90 critical",), ())
+
+
+def stored_row(reply: dict | str, floor: Floor = NO_FLOOR, schema: str = "plain", **columns) -> dict:
+    """A risk_assessments row as it reads back from DuckDB (the JSON columns as text)."""
+    content = reply if isinstance(reply, str) else json.dumps(reply)
+    fields, _ = verdict_fields(assess([], lambda _: Reply(content), schema), floor)
+    row = {**fields, "prompt_tokens": 900, "context_budget": 3_300}
+    for column in ("assessment", "floor_reasons", "floor_ignored"):
+        if row.get(column) is not None:
+            row[column] = json.dumps(row[column])
     row.update(columns)
     return row
 
@@ -78,8 +88,10 @@ def test_stored_assessment_valid_passes_on_a_parsed_reply():
         ({"assessment": json.dumps({**REPLY, "risk_score": 150})}, "150 is greater than the maximum of 100"),
         ({"assessment": json.dumps({**REPLY, "mood": "tense"})}, "Additional properties are not allowed"),
         ({"assessment": '{"risk_score": 72'}, "not JSON"),
-        ({"risk_score": 40}, "risk_score: column 40 but assessment 72"),
-        ({"risk_level": "low"}, "risk_level: column 'low' but assessment 'high'"),
+        ({"risk_score": 40}, "risk_score 40 is not max(model 72, floor 0) = 72"),
+        ({"risk_level": "low"}, "risk_level 'low' is not the band of score 72"),
+        ({"model_score": 10}, "model_score: column 10 but the stored reply gives 72"),
+        ({"floor_score": 90}, "risk_score 72 is not max(model 72, floor 90) = 90"),
         ({"summary": None}, "summary: column None"),
         ({"status": "llm_rejected"}, "not a stored assessment"),
     ],
@@ -93,6 +105,25 @@ def test_stored_assessment_valid_fails_when_the_stored_level_is_not_the_band_of_
     row = stored_row(REPLY, risk_level="low", assessment=json.dumps({**REPLY, "risk_level": "low"}))
     result = stored_assessment_valid(row)
     assert not result.passed and "not the band of score 72" in result.metadata["problems"].value
+
+
+def test_stored_assessment_valid_passes_on_a_floor_raised_verdict_and_a_rubric_reply():
+    raised = stored_row(REPLY, WEAPON)
+    assert raised["risk_score"] == 90 and raised["model_score"] == 72 and raised["decided_by"] == "floor"
+    assert stored_assessment_valid(raised).passed
+    rubric = {"observations": ["a person at the car"], "rubric": {k: k == "violence" for k in RUBRIC_KEYS}, **REPLY}
+    row = stored_row(rubric, schema="rubric")
+    assert row["model_score"] == row["risk_score"] == 90  # the rubric's score, not the model's 72
+    assert stored_assessment_valid(row).passed
+    assert "model_score: column 72" in stored_assessment_valid({**row, "model_score": 72}).metadata["problems"].value
+
+
+def test_stored_assessment_valid_on_a_floor_only_row():
+    row = stored_row("I cannot do that", WEAPON)
+    assert row["status"] == "floor_only" and row["risk_score"] == 90 and row["model_score"] is None
+    assert stored_assessment_valid(row).passed
+    assert not stored_assessment_valid({**row, "risk_score": 70}).passed
+    assert not stored_assessment_valid({**row, "raw_output": None}).passed
 
 
 def test_stored_assessment_valid_on_an_invalid_output_and_on_no_row():
