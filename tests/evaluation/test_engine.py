@@ -76,3 +76,34 @@ def test_pass_names_and_what_each_pass_stores() -> None:
     assert [c.name for c in default_configurations()] == ["full", "standard", "minimal", "full.rubric"]
     with pytest.raises(ValueError, match="schema 'json'"):
         EvalConfiguration("x", "full", schema="json")
+
+
+def test_rubric_pass_scores_from_the_answers_and_sends_the_rubric_prompt() -> None:
+    configuration = EvalConfiguration("full.rubric", "full", schema="rubric")
+    prepared = prepare_scenario(
+        _scenario("back_door_3am"),
+        configuration=configuration,
+        profiles=scenario_profiles(),
+        settings=SETTINGS,
+        estimate_budget=6000,
+    )
+    answers = dict.fromkeys(
+        ("tries_door_or_window", "carries_tool_or_weapon", "face_concealed", "forced_entry_or_damage"), False
+    ) | {"unknown_person": True, "violence": False, "takes_property": False, "loiters": False}
+    body = {
+        "observations": ["a person at the back door at night"],
+        "rubric": answers,
+        "risk_score": 8,
+        "risk_level": "low",
+        "summary": "a person at the back door",
+        "reasoning": "unknown person at night",
+    }
+    reply = ChatResult(json.dumps(body), body, None, Usage(900, 80, 0), {}, "m", 400.0, "stop")
+    system = prepared.messages[0]["content"] if prepared.messages else ""
+    assert "rubric" in system  # the rubric schema's own instructions, as production sends them
+    model, with_floor, alone = run_prepared(
+        prepared, configuration, lambda messages: assess(messages, lambda chat: reply, "rubric")
+    )
+    assert model.model_score is not None and model.model_score != 8  # the rubric score, not the number written
+    assert alone.risk_level == "high"  # a stranger on the patio at 3 am
+    assert with_floor.risk_score == max(model.model_score, alone.risk_score or 0)
