@@ -208,3 +208,30 @@ def test_clock_gone_back_is_said_not_used(tmp_path: Path) -> None:
     facts = history_facts(inputs_for(db, arrived=datetime.now(UTC) + timedelta(minutes=1)), HistoryRules())
     assert not facts.enough_history and facts.unusual_labels == ()
     assert any("clock went back" in a for a in facts.assumptions)
+
+
+def test_a_renamed_camera_keeps_its_history_through_former_ids(tmp_path: Path) -> None:
+    db = tmp_path / "rename.duckdb"
+    ingest_lines(db, nightly_history(14, 3, camera="porch") + [line("now", "front_door", BATCH)])
+
+    def facts(former: tuple[str, ...]):
+        with connect(db, read_only=True) as conn:
+            return history_facts(
+                history_inputs(
+                    conn,
+                    camera_id="front_door",
+                    batch_start=BATCH,
+                    batch_labels=["person"],
+                    arrived_at=datetime.now(UTC),
+                    timezone="UTC",
+                    days=14,
+                    cross_camera_minutes=10,
+                    former_camera_ids=former,
+                )
+            )
+
+    renamed = facts(())  # without the profile's former_camera_ids: a new camera, said so, nothing unusual
+    assert renamed.days_observed == 0 and not renamed.enough_history and "no history" in renamed.assumptions[0]
+    kept = facts(("porch",))
+    assert kept.enough_history and kept.baselines[0].days_seen == 14
+    assert kept.assumptions == ("history of former camera ids counted: porch",)
