@@ -26,6 +26,7 @@ from hsi_dagster.sensors.inbox_archive import where_now
 from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import DatabaseNotFound, connect
 from hsi_dagster.synthetic.live import simulate_live
+from tests.support.dagster_procs import start_code_server
 from tests.support.llm_fixtures import RunningLlama
 from tests.support.processes import start_logged, stop_group
 from tests.support.records import detection_ref
@@ -39,7 +40,7 @@ SETTINGS = {
     "BATCH_IDLE_TIMEOUT_SECONDS": "10",  # windows close 10 s after their last detection: a short test
     "BATCH_WINDOW_SECONDS": "30",
 }
-STARTUP_S, SETTLE_S = 120, 180
+STARTUP_S, SETTLE_S = 240, 180  # for a loaded 2-core machine; waits end when their condition holds
 
 pytestmark = pytest.mark.llm
 
@@ -101,11 +102,9 @@ def test_live_stream_every_window_assessed_exactly_once_through_the_sensors(
     )
     code_log, daemon_log = tmp_path / "code-server.log", tmp_path / "daemon.log"
     started = time.monotonic()
-    code_server = start_logged(
-        [str(BIN / "dagster"), "code-server", "start", "-m", "hsi_dagster.definitions", "-h", "127.0.0.1",
-         "-p", str(port), "--location-name", "hsi_dagster"],
-        env, tmp_path, code_log,
-    )  # fmt: skip
+    code_server = start_code_server(
+        ["-m", "hsi_dagster.definitions", "--location-name", "hsi_dagster"], port, env, tmp_path, code_log, STARTUP_S
+    )
     daemon = start_logged(
         [str(BIN / "dagster-daemon"), "run", "-w", str(tmp_path / "workspace.yaml")], env, tmp_path, daemon_log
     )

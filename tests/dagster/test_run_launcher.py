@@ -23,13 +23,12 @@ from dagster._core.instance import InstanceRef
 from dagster._core.launcher import WorkerStatus
 from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 from dagster._core.test_utils import create_run_for_test
-from dagster._grpc.client import DagsterGrpcClient
 from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import serialize_value
 
 from hsi_dagster.instance.launcher import PID_TAG, WORKER_MODULE, WarmProcessRunLauncher
 from hsi_dagster.llm.embedded import free_port
-from tests.support.dagster_procs import submit_run
+from tests.support.dagster_procs import start_code_server, submit_run
 from tests.support.processes import start_logged, stop_group, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,20 +115,16 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orchestra
     daemon_log = tmp / "daemon.log"
     # The storage first: three processes creating a fresh SQLite schema at once race in alembic.
     instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
-    code_server = start_logged(
-        [str(BIN / "dagster"), "code-server", "start", "-f", str(location), "-d", str(tmp), "-h", "127.0.0.1",
-         "-p", str(port), "--location-name", "loc"],
-        env, tmp, tmp / "code-server.log",
-    )  # fmt: skip
+    code_server = start_code_server(
+        ["-f", str(location), "-d", str(tmp), "--location-name", "loc"],
+        port,
+        env,
+        tmp,
+        tmp / "code-server.log",
+        STARTUP_S,
+    )
     daemon = None
     try:
-        # The code server answers before the daemon starts: a daemon that loads its workspace while the server is
-        # still importing keeps the location in error until its next workspace refresh (runs fail to launch).
-        def serving() -> bool:
-            assert code_server.poll() is None, (tmp / "code-server.log").read_text(errors="replace")[-3000:]
-            return DagsterGrpcClient(port=port, host="127.0.0.1").ping("hello") is not None
-
-        wait_for(f"the code server to answer gRPC pings on 127.0.0.1:{port}", serving, STARTUP_S, interval=0.5)
         daemon = start_logged(
             [str(BIN / "dagster-daemon"), "run", "-w", str(tmp / "workspace.yaml")], env, tmp, daemon_log
         )
