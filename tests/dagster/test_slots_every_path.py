@@ -38,6 +38,7 @@ from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
 from hsi_dagster.settings import HsiSettings, load_settings
 from tests.support.counting_proxy import CountingProxy
+from tests.support.dagster_procs import start_code_server
 from tests.support.llm_fixtures import RunningLlama
 from tests.support.pipeline_helpers import closed_windows
 from tests.support.processes import start_logged
@@ -144,9 +145,8 @@ def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path
         pools = {pool.name: pool.limit for pool in instance.event_log_storage.get_pool_limits()}
         assert pools.get("llama_slots") == parallel, pools
         # The daemon and its code server, as `dagster dev` starts them.
-        code_argv = [dagster, "code-server", "start", "-m", "hsi_dagster.definitions", "-h", "127.0.0.1", "-p",
-                     str(port), "--location-name", "hsi_dagster"]  # fmt: skip
-        started.append(start_logged(code_argv, daemon_env, work, logs["code-server"]))
+        location = ["-m", "hsi_dagster.definitions", "--location-name", "hsi_dagster"]
+        started.append(start_code_server(location, port, daemon_env, work, logs["code-server"], DEADLINE_S))
         started.append(start_logged([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], daemon_env, work,
                               logs["daemon"]))  # fmt: skip
         deadline = time.monotonic() + DEADLINE_S
