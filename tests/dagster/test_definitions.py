@@ -1,6 +1,5 @@
 """The Dagster project loads: CLI validation, and a real dagster-webserver serving the lineage over GraphQL."""
 
-import ast
 import json
 import os
 import subprocess
@@ -56,39 +55,6 @@ def test_webserver_graphql_lists_the_four_assets_with_their_lineage(dagster_env,
             assert deps[downstream] == {upstream}, downstream
     finally:
         stop_group(server)
-
-
-def _environ_writes(tree: ast.AST) -> list[int]:
-    """Lines that change os.environ: item assignment or deletion, or a mutating method (os.putenv too)."""
-
-    def is_environ(node: ast.AST) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "environ"
-
-    lines = []
-    for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
-        if isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        if any(isinstance(t, ast.Subscript) and is_environ(t.value) for t in targets):
-            lines.append(node.lineno)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            mutating = ("update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__")
-            if (is_environ(node.func.value) and node.func.attr in mutating) or node.func.attr in ("putenv", "unsetenv"):
-                lines.append(node.lineno)
-    return lines
-
-
-def test_no_package_code_outside_cli_writes_os_environ():
-    """One configuration route: only the `hsi` command (cli/) may set variables for the processes it starts."""
-    package = REPO / "hsi_dagster"
-    writers = {
-        str(path.relative_to(REPO)): lines
-        for path in package.rglob("*.py")
-        if "cli" not in path.relative_to(package).parts[:1]
-        and (lines := _environ_writes(ast.parse(path.read_text(encoding="utf-8"))))
-    }
-    assert writers == {}
-    assert _environ_writes(ast.parse("import os\nos.environ['X'] = '1'\nos.environ.setdefault('Y', '2')\n")) == [2, 3]
 
 
 def test_loading_the_definitions_changes_no_environment_variable(tmp_path):
