@@ -51,8 +51,7 @@ def _stored(settings: HsiSettings) -> dict[str, Any]:
 
     try:
         with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
-            tables = {row[0] for row in conn.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-            if "mqtt_outbox" not in tables:
+            if not mqtt_outbox.outbox_exists(conn):
                 return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}}
             return {
                 "publisher": mqtt_outbox.publisher_state(conn),

@@ -170,7 +170,7 @@ class StoredVerdict:
 
 
 @dataclass(frozen=True)
-class EvidenceAlert:
+class StoredEvidenceAlert:
     """One evidence_alerts row (an alert decided by the evidence rules before any LLM verdict)."""
 
     alert_key: str
@@ -225,7 +225,7 @@ def verdict_event_payload(verdict: StoredVerdict) -> dict[str, Any]:
     return {"event_id": f"verdict:{verdict.batch_id}", "kind": "verdict", **state_payload(verdict)}
 
 
-def evidence_event_payload(alert: EvidenceAlert) -> dict[str, Any]:
+def evidence_event_payload(alert: StoredEvidenceAlert) -> dict[str, Any]:
     """An event for an evidence-only alert (before, or without, the LLM's verdict on its batch)."""
     camera = camera_key(alert.camera_id)
     return {
@@ -348,8 +348,8 @@ class Unit:
     messages: tuple[Message, ...]
 
 
-def _moment(item: StoredVerdict | EvidenceAlert) -> datetime:
-    if isinstance(item, EvidenceAlert):
+def _moment(item: StoredVerdict | StoredEvidenceAlert) -> datetime:
+    if isinstance(item, StoredEvidenceAlert):
         return item.detected_at
     return item.window_start or item.assessed_at
 
@@ -357,7 +357,7 @@ def _moment(item: StoredVerdict | EvidenceAlert) -> datetime:
 def plan_camera(
     camera_id: str,
     verdicts: Sequence[StoredVerdict],
-    alerts: Sequence[EvidenceAlert],
+    alerts: Sequence[StoredEvidenceAlert],
     retained_window: datetime | None,
     topics: Topics,
 ) -> list[Unit]:
@@ -367,10 +367,10 @@ def plan_camera(
     carry every verdict, with its time)."""
     camera = camera_key(camera_id)
     newest = max(verdicts, key=lambda v: (v.window_start or v.assessed_at, v.assessed_at), default=None)
-    items: list[StoredVerdict | EvidenceAlert] = sorted([*verdicts, *alerts], key=_moment)
+    items: list[StoredVerdict | StoredEvidenceAlert] = sorted([*verdicts, *alerts], key=_moment)
     units = []
     for item in items:
-        if isinstance(item, EvidenceAlert):
+        if isinstance(item, StoredEvidenceAlert):
             event = Message(
                 topics.event(camera), encode(evidence_event_payload(item)), retain=False, camera_id=camera_id
             )

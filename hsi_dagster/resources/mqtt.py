@@ -98,6 +98,7 @@ class MqttPublisherResource(dg.ConfigurableResource):
     topic_prefix: str = "hsi"
     discovery_prefix: str = "homeassistant"
     connect_timeout_seconds: float = 5.0
+    will_delay_seconds: int = WILL_DELAY_SECONDS  # entities unavailable this long after the ticks stop
 
     @property
     def broker(self) -> str:
@@ -123,7 +124,7 @@ class MqttPublisherResource(dg.ConfigurableResource):
             client.tls_set(ca_certs=self.ca_file or None)
         if with_will:
             will = Properties(PacketTypes.WILLMESSAGE)
-            will.WillDelayInterval = WILL_DELAY_SECONDS
+            will.WillDelayInterval = self.will_delay_seconds
             client.will_set(self.topics.availability, NOT_AVAILABLE, qos=1, retain=True, properties=will)
         client.reconnect_delay_set(1, 5)
         return client
@@ -147,7 +148,9 @@ class MqttPublisherResource(dg.ConfigurableResource):
         client.on_connect = on_connect
         client.on_connect_fail = on_connect_fail
         properties = Properties(PacketTypes.CONNECT)
-        properties.SessionExpiryInterval = SESSION_EXPIRY_SECONDS if resume_session else 0
+        properties.SessionExpiryInterval = (
+            max(SESSION_EXPIRY_SECONDS, 2 * self.will_delay_seconds) if resume_session else 0
+        )
         client.connect_async(self.host, self.port, keepalive=30, clean_start=not resume_session, properties=properties)
         client.loop_start()
         if not answered.wait(self.connect_timeout_seconds):

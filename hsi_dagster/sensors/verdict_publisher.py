@@ -77,8 +77,8 @@ def _plan(
     the pending verdicts and alerts as units per camera."""
     topics = mqtt.topics
     since = mqtt_outbox.publisher_since(conn, now)
-    verdicts = mqtt_outbox.pending_verdicts(conn, since, limit)
-    alerts = mqtt_outbox.pending_evidence_alerts(conn, since, limit)
+    verdicts = mqtt_outbox.unpublished_verdicts(conn, since, limit)
+    alerts = mqtt_outbox.unpublished_evidence_alerts(conn, since, limit)
     known = mqtt_outbox.cameras(conn)
     wanted = set(configured if configured is not None else mqtt_outbox.assessed_cameras(conn))
     wanted |= {v.camera_id for v in verdicts} | {a.camera_id for a in alerts}

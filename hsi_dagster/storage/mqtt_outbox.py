@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.mqtt_messages import EvidenceAlert, StoredVerdict, reasons_from
+from hsi_dagster.core.mqtt_messages import StoredEvidenceAlert, StoredVerdict, reasons_from
 
 PUBLISHER = "verdicts"
 FIRST_TICK_LOOKBACK = timedelta(hours=1)
@@ -79,6 +79,11 @@ def record_connection(conn: duckdb.DuckDBPyConnection, error: str | None, now: d
 
 
 # ------------------------------------------------------------------------------------------------ pending work
+def outbox_exists(conn: duckdb.DuckDBPyConnection) -> bool:
+    """False in a database that predates migration 8 (read-only connections never migrate)."""
+    return bool(_columns(conn, "mqtt_outbox"))
+
+
 def _columns(conn: duckdb.DuckDBPyConnection, table: str) -> set[str]:
     rows = conn.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]).fetchall()
     return {row[0] for row in rows}
@@ -101,7 +106,7 @@ def _factor_reasons(assessment: Any) -> tuple[str, ...]:
     return reasons_from(lines)
 
 
-def pending_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
+def unpublished_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
     """Valid assessments since `since` with no outbox row, per camera in window order (then assessment order)."""
     present = _columns(conn, "risk_assessments")
     optional = ", ".join(
@@ -127,7 +132,9 @@ def pending_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: in
     return verdicts
 
 
-def pending_evidence_alerts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[EvidenceAlert]:
+def unpublished_evidence_alerts(
+    conn: duckdb.DuckDBPyConnection, since: datetime, limit: int
+) -> list[StoredEvidenceAlert]:
     """evidence_alerts rows (INTERFACES.md) created since `since` with no outbox row, in detection order; [] until
     the table exists."""
     if not _columns(conn, "evidence_alerts"):
@@ -142,7 +149,7 @@ def pending_evidence_alerts(conn: duckdb.DuckDBPyConnection, since: datetime, li
         {"since": since, "limit": limit},
     ).fetchall()
     return [
-        EvidenceAlert(key, camera, level, score, reasons_from(reasons), detected, created, track, batch)
+        StoredEvidenceAlert(key, camera, level, score, reasons_from(reasons), detected, created, track, batch)
         for key, camera, level, score, reasons, detected, created, track, batch in rows
     ]
 
@@ -153,9 +160,9 @@ def backlog(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
     if row is None:
         return {}
     counts: dict[str, int] = {}
-    pending: list[StoredVerdict | EvidenceAlert] = [
-        *pending_verdicts(conn, row[0], 1_000_000),
-        *pending_evidence_alerts(conn, row[0], 1_000_000),
+    pending: list[StoredVerdict | StoredEvidenceAlert] = [
+        *unpublished_verdicts(conn, row[0], 1_000_000),
+        *unpublished_evidence_alerts(conn, row[0], 1_000_000),
     ]
     for item in pending:
         counts[item.camera_id] = counts.get(item.camera_id, 0) + 1

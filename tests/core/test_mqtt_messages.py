@@ -18,7 +18,7 @@ from hsi_dagster.core.frigate_writeback import (
 )
 from hsi_dagster.core.mqtt_messages import (
     HA_STATE_MAX_CHARS,
-    EvidenceAlert,
+    StoredEvidenceAlert,
     StoredVerdict,
     TopicError,
     Topics,
@@ -108,7 +108,7 @@ def test_discovery_has_four_entities_per_camera_with_home_assistants_fields() ->
 
 def test_plan_sends_every_threat_as_an_event_and_only_the_newest_verdict_as_state() -> None:
     verdicts = [verdict("b1", 70, 0, "high"), verdict("b2", 10, 1, "low"), verdict("b3", 90, 2, "critical")]
-    alert = EvidenceAlert("k1", "yard", "high", 65, ("crowbar",), T0 + timedelta(seconds=30), T0)
+    alert = StoredEvidenceAlert("k1", "yard", "high", 65, ("crowbar",), T0 + timedelta(seconds=30), T0)
     units = plan_camera("yard", verdicts, [alert], None, TOPICS)
     assert [(u.key, u.sent) for u in units] == [
         ("verdict:b1", "event"),
@@ -124,7 +124,7 @@ def test_plan_sends_every_threat_as_an_event_and_only_the_newest_verdict_as_stat
 
 
 def test_evidence_event_names_its_reasons() -> None:
-    alert = EvidenceAlert("k", "yard", "critical", 90, ("weapon: knife",), T0, T0, track_id="t1", batch_id=None)
+    alert = StoredEvidenceAlert("k", "yard", "critical", 90, ("weapon: knife",), T0, T0, track_id="t1", batch_id=None)
     payload = evidence_event_payload(alert)
     assert (payload["kind"], payload["threat"], payload["summary"], payload["track_id"]) == (
         "evidence",

@@ -49,7 +49,7 @@ def serve(fake: RecordingFrigate) -> Iterator[str]:
 
         def _handle(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
+            body = json.loads(self.rfile.read(length)) if length else {}
             fake.calls.append((method, self.path, body))
             parts = self.path.strip("/").split("/")  # api, events, <id>[, description|sub_label]
             event_id = parts[2] if len(parts) >= 3 else ""
@@ -160,8 +160,8 @@ def test_a_4xx_is_not_retried_a_5xx_is_and_an_absent_frigate_never_blocks(tmp_pa
     assert write_back_pending(database(db), absent, "both").failed == 1  # the last attempt: given up
     assert write_back_pending(database(db), absent, "both").summary().startswith("0 verdicts")  # nothing left
     with connect(db, read_only=True) as conn:
-        status = conn.execute("SELECT status FROM frigate_writebacks WHERE batch_id = 'b-later'").fetchone()[0]
-    assert status.startswith("failed: ")
+        rows = dict(conn.execute("SELECT batch_id, status FROM frigate_writebacks").fetchall())
+    assert rows["b-later"].startswith("failed: ")
 
 
 def test_the_sensor_is_off_by_default_and_never_raises(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def tick(db: Path, port: int, **resources: object) -> dg.SkipReason:
+def tick(db: Path, port: int, **resources: object) -> str:
     settings = load_settings(env_file="/dev/null", HSI_DUCKDB_PATH=str(db))
     context = dg.build_sensor_context(
         resources={
@@ -67,7 +67,12 @@ def tick(db: Path, port: int, **resources: object) -> dg.SkipReason:
     )
     result = verdict_publisher_sensor(context)
     assert isinstance(result, dg.SkipReason)
-    return result
+    return result.skip_message or ""
+
+
+def published(db: Path) -> int:
+    with connect(db, read_only=True) as conn:
+        return len(conn.execute("SELECT message_key FROM mqtt_outbox").fetchall())
 
 
 def events(recorder: Recorder, camera: str) -> list[dict]:
@@ -83,7 +88,7 @@ def test_discovery_state_and_one_event_per_high_or_critical_verdict(
         save_verdict(db, f"yard-{i}", "yard", score, start + timedelta(minutes=i))
     save_verdict(db, "door-0", "door", 40, start)
 
-    print(tick(db, broker.port).skip_message)
+    print(tick(db, broker.port))
     recorder.wait(lambda r: len(r.on("/state")) >= 2 and len(r.on("/event")) >= 2, what="states and events")
 
     # Home Assistant discovery: one device per camera, four entities, retained (fields: core/mqtt_messages.py cites
@@ -123,7 +128,7 @@ def test_discovery_state_and_one_event_per_high_or_critical_verdict(
 
     # a second tick sends nothing again
     before = len(recorder.messages)
-    assert "0 verdicts/alerts published" in tick(db, broker.port).skip_message
+    assert "0 verdicts/alerts published" in tick(db, broker.port)
     save_verdict(db, "yard-4", "yard", 75, start + timedelta(minutes=5))
     tick(db, broker.port)
     recorder.wait(lambda r: len(events(r, "yard")) == 3, what="the third yard event")
@@ -147,10 +152,9 @@ def test_nothing_lost_while_the_broker_is_down_and_sent_in_order_when_it_returns
         save_verdict(db, f"a-{i}", "yard", 60 + i, start + timedelta(minutes=i))
         save_verdict(db, f"b-{i}", "door", 85 + i, start + timedelta(minutes=i, seconds=30))
     for _ in range(2):
-        reason = tick(db, broker.port).skip_message
+        reason = tick(db, broker.port)
         assert "did not answer" in reason or "refused" in reason, reason
-    with connect(db, read_only=True) as conn:
-        assert conn.execute("SELECT count(*) FROM mqtt_outbox").fetchone()[0] == 1
+    assert published(db) == 1
 
     broker.start()
     recorder.wait(lambda r: r.client.is_connected(), what="the recorder to reconnect")
@@ -206,8 +210,7 @@ def test_killed_and_restarted_mid_stream_publishes_nothing_twice_and_skips_nothi
         save_verdict(db, f"v-{i:02d}", "yard" if i % 2 else "door", 70 + i % 30, start + timedelta(minutes=i))
     # 5 verdicts per tick: killed (SIGKILL) after 3 ticks, then a new process finishes the stream
     assert run_harness(db, broker, ticks_before_kill=3) == -signal.SIGKILL
-    with connect(db, read_only=True) as conn:
-        done = conn.execute("SELECT count(*) FROM mqtt_outbox").fetchone()[0]
+    done = published(db)
     assert 0 < done < 30, "the kill was not mid-stream"
     assert run_harness(db, broker, ticks_before_kill=-1) == 0
     recorder.wait(lambda r: len(r.on("/event")) >= 30, what="30 events")
@@ -309,8 +312,59 @@ def test_the_sensor_skips_when_off_and_never_raises(tmp_path: Path) -> None:
     db = tmp_path / "hsi.duckdb"
     save_verdict(db, "x-0", "yard", 90, now())
     off = publisher(free_port(), enabled=False)
-    assert tick(db, 0, mqtt=off).skip_message == "MQTT_PUBLISH is off"
+    assert tick(db, 0, mqtt=off) == "MQTT_PUBLISH is off"
     down = publisher(free_port(), connect_timeout_seconds=1)
-    assert "did not answer" in (tick(db, 0, mqtt=down).skip_message or "")
+    assert "did not answer" in tick(db, 0, mqtt=down)
     bad_prefix = publisher(free_port(), topic_prefix="hsi/#")
-    assert "MQTT_TOPIC_PREFIX" in (tick(db, 0, mqtt=bad_prefix).skip_message or "")
+    assert "MQTT_TOPIC_PREFIX" in tick(db, 0, mqtt=bad_prefix)
+
+
+def test_availability_is_online_while_ticks_come_and_offline_once_they_stop(
+    tmp_path: Path, broker: Mosquitto, recorder: Recorder
+) -> None:
+    """The last will with a delay (resources/mqtt.py): between ticks the entities stay available; when the ticks stop
+    (here after a 2 s delay; 120 s in production) the broker publishes `offline`, retained."""
+    import time
+
+    db = tmp_path / "hsi.duckdb"
+    save_verdict(db, "x-0", "yard", 20, now())
+    mqtt = publisher(broker.port, will_delay_seconds=2)
+    for _ in range(4):  # ticks 1 s apart, closer than the delay
+        publish_pending(database(db), mqtt, None)
+        time.sleep(1)
+    assert [m.payload for m in recorder.on("hsi/availability")] == [b"online"] * 4
+    recorder.wait(lambda r: r.on("hsi/availability")[-1].payload == b"offline", timeout=30, what="the will")
+    assert retained(broker, "hsi/availability") == {"hsi/availability": b"offline"}
+    publish_pending(database(db), mqtt, None)
+    assert retained(broker, "hsi/availability") == {"hsi/availability": b"online"}
+
+
+def test_evidence_alerts_are_events_and_floor_reasons_are_the_states_reasons(
+    tmp_path: Path, broker: Mosquitto, recorder: Recorder
+) -> None:
+    from hsi_dagster.core.evidence_alerts import EvidenceAlert
+    from hsi_dagster.storage.evidence_alerts import claim_evidence_alert
+
+    db = tmp_path / "hsi.duckdb"
+    moment = now() - timedelta(minutes=2)
+    alert = EvidenceAlert("gate:t1:1", "gate", "t1", "d1", 70, "high", ("weapon: knife (label)",), moment)
+    save_verdict(db, "g-0", "gate", 75, moment + timedelta(seconds=30))
+    with connect(db) as conn:
+        assert claim_evidence_alert(conn, alert, moment + timedelta(seconds=1))
+        conn.execute(
+            "UPDATE risk_assessments SET floor_score = 75, floor_reasons = ? WHERE batch_id = 'g-0'",
+            [json.dumps(["night presence at the gate (zone, ts)"])],
+        )
+    tick(db, broker.port)
+    recorder.wait(lambda r: len(events(r, "gate")) == 2, what="the evidence event and the verdict event")
+    first, second = events(recorder, "gate")
+    assert (first["kind"], first["event_id"], first["reasons"]) == (
+        "evidence",
+        "evidence:gate:t1:1",
+        ["weapon: knife (label)"],
+    )
+    assert (second["kind"], second["floor_score"]) == ("verdict", 75)
+    state = json.loads(retained(broker, "hsi/gate/state")["hsi/gate/state"])
+    assert state["reasons"] == ["night presence at the gate (zone, ts)"]
+    tick(db, broker.port)
+    assert len(events(recorder, "gate")) == 2  # each once
