@@ -146,8 +146,10 @@ def test_dagster_services(compose):
         assert services[name]["image"] == code["image"]
     # runs are launched from the code server's image
     assert _environment(code)["DAGSTER_CURRENT_IMAGE"] == code["image"]
-    init = " ".join(services["dagster-init"]["command"])
-    assert 'dagster instance concurrency set llama_slots "$${PARALLEL:-2}"' in init
+    # The one-shot set-up is deploy/stack-init.sh (the test stack runs the same): pools from the settings.
+    assert services["dagster-init"]["command"] == ["hsi-stack-init", "/run/hsi-src/.env"]
+    stack_init = (REPO / "deploy/stack-init.sh").read_text()
+    assert "dagster instance migrate" in stack_init and "apply_pool_limits(instance, settings)" in stack_init
     assert services["dagster-code"]["depends_on"]["dagster-init"]["condition"] == "service_completed_successfully"
     assert services["postgres"]["healthcheck"]["test"][1].startswith("pg_isready")
 

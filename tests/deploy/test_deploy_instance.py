@@ -72,10 +72,13 @@ def test_instance_has_the_docker_launcher_queue_and_pools(sqlite_home):
         assert isinstance(launcher, DockerRunLauncher)
         assert launcher.networks == ["hsi_network"]
         assert set(PG_ENV) <= set(launcher.env_vars)
-        assert "LLAMA_SERVER_URL=http://ai-llm:8091" in launcher.env_vars
+        # The servers as the daemon sees them (compose's STACK_LLAMA_SERVER_URL; several for the router), passed on.
+        assert "LLAMA_SERVER_URL" in launcher.env_vars
         assert "LLAMA_API_KEY" in launcher.env_vars  # the secret reaches run containers' dg.EnvVar by name only
         assert "hsi_duckdb:/data" in launcher.container_kwargs["volumes"]
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+        # The same half-second queue as the local dagster.yaml (hsi_dagster/instance/coordinator.py).
+        assert instance.run_coordinator.dequeue_interval_seconds == 0.5
         concurrency = instance.get_concurrency_config()
         assert concurrency.pool_config.default_pool_limit == 1
         assert concurrency.pool_config.pool_granularity.value == "run"

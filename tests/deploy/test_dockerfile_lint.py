@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKERFILES = [REPO / "ai/nemotron/Dockerfile", REPO / "deploy/Dockerfile.dagster"]
+DOCKERFILES = [
+    REPO / "ai/nemotron/Dockerfile",
+    REPO / "deploy/Dockerfile.dagster",
+    REPO / "ai/nemotron/Dockerfile.cpu",
+    REPO / "deploy/postgres/Dockerfile",
+    REPO / "deploy/local-base/Dockerfile.python",
+]
 
 
 def _hadolint() -> str:
@@ -50,8 +56,18 @@ def test_images_are_pinned():
     assert re.search(r"^USER \d+$", llm, re.M) and "EXPOSE 8091" in llm
     assert 'ENTRYPOINT ["/usr/local/bin/entrypoint.sh"]' in llm and "/health" in llm
     dagster = DOCKERFILES[1].read_text()
-    assert re.search(r"^FROM python:\d+\.\d+\.\d+-slim-\w+$", dagster, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:\d+\.\d+\.\d+-slim-\w+$", dagster, re.M)
     assert re.search(r"^USER \d+$", dagster, re.M)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_base_image_is_a_build_argument_with_a_pinned_default(dockerfile):
+    """Tests and offline sites pass a local base image; users get the pinned public one."""
+    text = dockerfile.read_text()
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    assert froms and all(re.fullmatch(r"\$\{\w*BASE_IMAGE\}", image) for image in froms), froms
+    for default in re.findall(r"^ARG \w*BASE_IMAGE=(\S+)$", text, re.M):
+        assert ":" in default and not default.endswith(":latest"), default
 
 
 def test_the_pinned_llama_cpp_tag_is_the_one_the_argv_flags_were_checked_against():

@@ -1,0 +1,343 @@
+"""The production stack on one Docker engine, for tests and benches: the images of docker-compose.prod.yml (built by
+tests/support/docker_images.py), the same deploy/dagster.yaml and deploy/workspace.yaml baked into them, one hsi.env.
+
+Services (one container each, on a bridge network the stack creates; nothing published but the webserver, on
+127.0.0.1): postgres (Dagster's run, event and schedule storage), the one-shot init (deploy/stack-init.sh, as
+compose's dagster-init), two CPU llama-servers (LLAMA_SERVER_URL lists both: the router), the code server
+(`dagster api grpc`), dagster-webserver, dagster-daemon (DockerRunLauncher: each run in a container of the same image,
+through the engine's socket).
+
+Driven over the docker CLI rather than compose: Debian's docker-compose 1.29 is not installed with docker.io and
+cannot read docker-compose.prod.yml (`name:`, GPU device reservations), and the tests kill and restart single
+containers and compare the engine's containers with Dagster's runs anyway. Names are the production ones that
+deploy/dagster.yaml fixes (network `hsi_network`, volumes `hsi_duckdb`, `hsi_config`, `hsi_dagster_storage`,
+`hsi_llm_slots`); everything the stack creates carries the label io.hsi.stack=test, and `up` refuses to start where
+those names exist without it (a production stack on the same engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.support.docker_images import DockerError, StackImages, docker
+
+NETWORK = "hsi_network"
+VOLUMES = ("hsi_duckdb", "hsi_config", "hsi_dagster_storage", "hsi_llm_slots", "hsi_dagster_postgres")
+LABEL_KEY, LABEL_VALUE = "io.hsi.stack", "test"
+LABEL = f"{LABEL_KEY}={LABEL_VALUE}"
+SOCKET = "/var/run/docker.sock"
+LLAMA_PORT = 8091
+# As docker-compose.prod.yml's dagster-code runs it.
+CODE_SERVER_COMMAND = ("dagster", "api", "grpc", "-h", "0.0.0.0", "-p", "4000", "-m", "hsi_dagster.definitions")
+_T = TypeVar("_T")
+
+
+def wait_for(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
+    """Poll `check` until it returns something other than None/False; raise TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value is not None and value is not False:
+                return value
+        except (DockerError, OSError, ValueError) as exc:
+            last_error = exc
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {timeout:g} s" + (f" (last error: {last_error})" if last_error else ""))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines as `docker run --env-file` reads them (no quotes, no expansion)."""
+    values = {}
+    for line in path.read_text().splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and not name.startswith("#"):
+            values[name.strip()] = value
+    return values
+
+
+@dataclass
+class DockerStack:
+    images: StackImages
+    env_file: Path
+    prefix: str = "hsi-test"
+    llama_servers: tuple[str, ...] = ("ai-llm-a", "ai-llm-b")
+    timings: dict[str, float] = field(default_factory=dict)
+    webserver_url: str = ""
+
+    # ------------------------------------------------------------------------------------------------ names
+    def name(self, service: str) -> str:
+        return f"{self.prefix}-{service}"
+
+    @property
+    def llama_urls(self) -> str:
+        return ",".join(f"http://{alias}:{LLAMA_PORT}" for alias in self.llama_servers)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        return read_env_file(self.env_file)
+
+    def _dagster_env(self) -> list[str]:
+        """What compose's x-dagster-env sets: container-side values over the hsi.env passed as env-file."""
+        values = {
+            "DAGSTER_PG_HOST": "postgres",
+            "DAGSTER_CURRENT_IMAGE": self.images.dagster,
+            "HSI_ENV_FILE": "/run/hsi/hsi.env",
+            "HSI_DUCKDB_PATH": "/data/hsi.duckdb",
+            "HSI_INBOX_DIR": "/data/inbox",
+            "LLAMA_SERVER_URL": self.llama_urls,
+        }
+        return ["--env-file", str(self.env_file), *(f"--env={k}={v}" for k, v in values.items())]
+
+    def _run(self, service: str, *args: str, detach: bool = True, restart: str = "unless-stopped") -> str:
+        flags = ["--detach", f"--restart={restart}"] if detach else ["--rm"]
+        return docker(
+            "run", *flags, f"--name={self.name(service)}", f"--label={LABEL}", f"--network={NETWORK}",
+            f"--network-alias={service}", "--log-opt", "max-size=20m", *args, timeout=300,
+        ).strip()  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------ state
+    def health(self, service: str) -> str:
+        return docker(
+            "inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{end}}", self.name(service)
+        ).strip()
+
+    def running(self, service: str) -> bool:
+        return docker("inspect", "--format", "{{.State.Running}}", self.name(service), check=False).strip() == "true"
+
+    def started_at(self, service: str) -> str:
+        return docker("inspect", "--format", "{{.State.StartedAt}}", self.name(service)).strip()
+
+    def logs(self, service: str, tail: int = 60) -> str:
+        """The container's last lines, stdout and stderr together."""
+        proc = subprocess.run(
+            ["docker", "logs", "--tail", str(tail), self.name(service)], capture_output=True, text=True, timeout=60
+        )
+        return proc.stdout + proc.stderr
+
+    def _wait_healthy(self, service: str, timeout: float) -> None:
+        def healthy() -> bool:
+            if not self.running(service):
+                raise DockerError(f"{self.name(service)} exited:\n{self.logs(service)}")
+            return self.health(service) == "healthy"
+
+        wait_for(f"{self.name(service)} healthy", healthy, timeout)
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+    def leftovers(self) -> dict[str, list[str]]:
+        """Everything of a test stack on the engine: containers (the services and the run containers of its image),
+        its network and its volumes."""
+        containers = set(docker("ps", "-aq", "--filter", f"label={LABEL}").split())
+        containers |= set(docker("ps", "-aq", "--filter", f"ancestor={self.images.dagster}").split())
+        networks = docker("network", "ls", "-q", "--filter", f"label={LABEL}").split()
+        volumes = docker("volume", "ls", "-q", "--filter", f"label={LABEL}").split()
+        return {"containers": sorted(containers), "networks": networks, "volumes": volumes}
+
+    def _refuse_foreign_names(self) -> None:
+        for kind, names in (("network", [NETWORK]), ("volume", list(VOLUMES))):
+            for name in names:
+                labels = docker(kind, "inspect", "--format", "{{json .Labels}}", name, check=False).strip()
+                if labels and LABEL_KEY not in (json.loads(labels) or {}):
+                    raise DockerError(
+                        f"{kind} {name} exists and is not a test stack's: a production stack on this engine? The test "
+                        "stack uses the names deploy/dagster.yaml fixes; run it on another engine (DOCKER_HOST)"
+                    )
+
+    def down(self) -> dict[str, list[str]]:
+        """Remove every container, the network and the volumes; return what is left (empty lists when clean)."""
+        left = self.leftovers()
+        if left["containers"]:
+            docker("rm", "-f", "-v", *left["containers"], timeout=300, check=False)
+        for network in left["networks"]:
+            docker("network", "rm", network, check=False)
+        if left["volumes"]:
+            docker("volume", "rm", "-f", *left["volumes"], check=False)
+        return self.leftovers()
+
+    def up(self, timeout: float = 300) -> dict[str, float]:
+        """Start every service in dependency order, each waited for; returns seconds per step."""
+        self._refuse_foreign_names()
+        self.down()
+        started = time.monotonic()
+        docker("network", "create", f"--label={LABEL}", NETWORK)
+        for volume in VOLUMES:
+            docker("volume", "create", f"--label={LABEL}", volume)
+        settings = self.settings
+        step = time.monotonic()
+        self._run(
+            "postgres", "--env", f"POSTGRES_USER={settings.get('DAGSTER_PG_USERNAME', 'dagster')}",
+            "--env", f"POSTGRES_PASSWORD={settings.get('DAGSTER_PG_PASSWORD', '')}",
+            "--env", f"POSTGRES_DB={settings.get('DAGSTER_PG_DB', 'dagster')}",
+            "--volume", "hsi_dagster_postgres:/var/lib/postgresql/data", self.images.postgres,
+        )  # fmt: skip
+        self._wait_healthy("postgres", timeout)
+        self.timings["postgres"] = time.monotonic() - step
+        step = time.monotonic()
+        self._run(
+            "init", *self._dagster_env(), "--env=HSI_ENV_FILE=/run/hsi-src/hsi.env", "--user=0:0",
+            f"--volume={self.env_file.resolve()}:/run/hsi-src/hsi.env:ro", "--volume=hsi_config:/run/hsi",
+            self.images.dagster, "hsi-stack-init", "/run/hsi-src/hsi.env", detach=False,
+        )  # fmt: skip
+        self.timings["init (settings, migrate, pools)"] = time.monotonic() - step
+        step = time.monotonic()
+        for alias in self.llama_servers:
+            self.start_llama(alias)
+        for alias in self.llama_servers:
+            self._wait_healthy(alias, timeout)
+        self.timings["llama-servers"] = time.monotonic() - step
+        step = time.monotonic()
+        self._run(
+            "dagster-code", *self._dagster_env(), "--volume=hsi_duckdb:/data", "--volume=hsi_config:/run/hsi:ro",
+            "--volume=hsi_dagster_storage:/opt/dagster/dagster_home/storage", "--volume=hsi_llm_slots:/run/hsi-slots",
+            "--health-cmd=dagster api grpc-health-check -p 4000", "--health-interval=2s", "--health-retries=60",
+            self.images.dagster, *CODE_SERVER_COMMAND,
+        )  # fmt: skip
+        self._wait_healthy("dagster-code", timeout)
+        self.timings["code server"] = time.monotonic() - step
+        step = time.monotonic()
+        socket_gid = str(os.stat(SOCKET).st_gid)
+        workspace = "/opt/dagster/dagster_home/workspace.yaml"
+        self._run(
+            "dagster-webserver", *self._dagster_env(), "--publish=127.0.0.1::3000", f"--volume={SOCKET}:{SOCKET}",
+            f"--group-add={socket_gid}", "--volume=hsi_config:/run/hsi:ro",
+            "--volume=hsi_dagster_storage:/opt/dagster/dagster_home/storage",
+            self.images.dagster, "dagster-webserver", "-h", "0.0.0.0", "-p", "3000", "-w", workspace,
+        )  # fmt: skip
+        self._run(
+            "dagster-daemon", *self._dagster_env(), f"--volume={SOCKET}:{SOCKET}", f"--group-add={socket_gid}",
+            "--volume=hsi_config:/run/hsi:ro", "--volume=hsi_dagster_storage:/opt/dagster/dagster_home/storage",
+            self.images.dagster, "dagster-daemon", "run", "-w", workspace,
+        )  # fmt: skip
+        port = docker("port", self.name("dagster-webserver"), "3000/tcp").split()[0].rsplit(":", 1)[1]
+        self.webserver_url = f"http://127.0.0.1:{port}"
+        wait_for("webserver answers /server_info", lambda: self._http_ok("/server_info"), timeout)
+        wait_for("daemon healthy (sensors, run queue)", self.daemon_healthy, timeout)
+        self.timings["webserver + daemon"] = time.monotonic() - step
+        self.timings["total"] = time.monotonic() - started
+        return self.timings
+
+    def start_llama(self, alias: str) -> None:
+        self._run(
+            alias, "--env-file", str(self.env_file), "--env=HSI_ENV_FILE=/run/hsi/hsi.env", "--group-add=10002",
+            "--volume=hsi_config:/run/hsi:ro", self.images.llama, restart="no",
+        )  # fmt: skip
+
+    def kill(self, service: str) -> None:
+        docker("kill", self.name(service))
+
+    def restart(self, service: str) -> None:
+        docker("restart", "--time", "20", self.name(service), timeout=120)
+
+    # ------------------------------------------------------------------------------------------------ webserver
+    def _http_ok(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(self.webserver_url + path, timeout=5) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables or {}}).encode()
+        request = urllib.request.Request(
+            self.webserver_url + "/graphql", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = json.loads(response.read())
+        if payload.get("errors"):
+            raise ValueError(f"GraphQL errors: {payload['errors']}")
+        return payload["data"]
+
+    def daemon_healthy(self) -> bool:
+        data = self.graphql("{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }")
+        statuses = data["instance"]["daemonHealth"]["allDaemonStatuses"]
+        wanted = {"SENSOR", "QUEUED_RUN_COORDINATOR"}
+        return wanted <= {s["daemonType"] for s in statuses if s["healthy"]}
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run the webserver knows: id, job, status, tags (dict), times."""
+        data = self.graphql(
+            "{ runsOrError(limit: 1000) { __typename ... on Runs { results { runId jobName status creationTime "
+            "startTime endTime tags { key value } } } } }"
+        )
+        runs = data["runsOrError"]["results"]
+        for run in runs:
+            run["tags"] = {tag["key"]: tag["value"] for tag in run["tags"]}
+        return runs
+
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        data = self.graphql(
+            "query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection(afterCursor: null) { events { "
+            "__typename ... on MessageEvent { timestamp message } } } } } }",
+            {"id": run_id},
+        )
+        return data["runOrError"]["eventConnection"]["events"]
+
+    # ------------------------------------------------------------------------------------------------ engine & data
+    def run_containers(self) -> dict[str, str]:
+        """run id -> container id, for every container the engine has with DockerRunLauncher's label."""
+        ids = docker("ps", "-aq", "--no-trunc", "--filter", "label=dagster/run_id").split()
+        if not ids:
+            return {}
+        labels = docker("inspect", "--format", '{{.Id}} {{index .Config.Labels "dagster/run_id"}}', *ids)
+        return {run_id: container for container, run_id in (line.split() for line in labels.splitlines())}
+
+    def in_image(self, *command: str, volumes: tuple[str, ...] = ("hsi_duckdb:/data:ro",), timeout: float = 120) -> str:
+        """A one-shot container of the Dagster image on the stack's volumes (no network); returns its stdout."""
+        mounts = [f"--volume={volume}" for volume in (*volumes, "hsi_config:/run/hsi:ro")]
+        return docker(
+            "run", "--rm", f"--label={LABEL}", "--network=none", "--env-file", str(self.env_file),
+            "--env=HSI_DUCKDB_PATH=/data/hsi.duckdb", *mounts, self.images.dagster, *command, timeout=timeout,
+        )  # fmt: skip
+
+    def duckdb_rows(self, sql: str) -> list[list[Any]]:
+        """Rows of a read-only query on the stack's DuckDB file (waits out a writer's lock like every reader)."""
+        script = (
+            "import json, sys\nfrom hsi_dagster.storage.db import connect\n"
+            "with connect('/data/hsi.duckdb', read_only=True) as conn:\n"
+            "    print(json.dumps(conn.execute(sys.argv[1]).fetchall(), default=str))\n"
+        )
+        return json.loads(self.in_image("python3", "-c", script, sql))
+
+    def stream(self, *args: str) -> None:
+        """`hsi simulate --live` into the inbox on the volume, in a container of the same image (detached)."""
+        docker(
+            "run", "--detach", f"--name={self.name('simulator')}", f"--label={LABEL}", "--network=none",
+            "--env-file", str(self.env_file), "--volume=hsi_duckdb:/data", "--volume=hsi_config:/run/hsi:ro",
+            self.images.dagster, "hsi", "simulate", "--live", "--inbox", "/data/inbox", *args,
+        )  # fmt: skip
+
+    def copy_inbox(self, into: Path) -> list[Path]:
+        """The stream's files, out of the volume."""
+        into.mkdir(parents=True, exist_ok=True)
+        container = docker("create", f"--label={LABEL}", "--volume=hsi_duckdb:/data", self.images.dagster).strip()
+        try:
+            docker("cp", f"{container}:/data/inbox/.", str(into))
+        finally:
+            docker("rm", "-f", container, check=False)
+        return sorted(path for path in into.glob("*.jsonl") if not path.name.startswith("."))
+
+
+@contextlib.contextmanager
+def running_stack(stack: DockerStack, timeout: float = 300) -> Iterator[DockerStack]:
+    """`up`, then `down` whatever happens (logs of every service printed when `up` failed)."""
+    try:
+        stack.up(timeout)
+        yield stack
+    except Exception:
+        for service in ("postgres", *stack.llama_servers, "dagster-code", "dagster-webserver", "dagster-daemon"):
+            with contextlib.suppress(DockerError, OSError):
+                print(f"--- {stack.name(service)}\n{stack.logs(service)}")
+        raise
+    finally:
+        stack.down()
