@@ -301,7 +301,7 @@ def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
     """The retained discovery configs of one camera's device (4 entities)."""
     device = {
         "identifiers": [f"hsi_{camera.slug}"],
-        "name": f"{camera.name} risk",
+        "name": f"hsi {camera.name}",
         "manufacturer": MANUFACTURER,
         "model": "Risk assessment",
     }
@@ -395,3 +395,12 @@ def discovery_digest(messages: Sequence[Message]) -> str:
     for message in messages:
         digest.update(message.topic.encode() + b"\0" + message.payload + b"\0")
     return digest.hexdigest()
+
+
+def initial_state_unit(verdict: StoredVerdict, topics: Topics) -> Unit:
+    """A camera's newest verdict as its first retained state, without an event: entities that appear (publishing
+    turned on, a camera added) show the last verdict at once, and no phone rings for an old one."""
+    camera = camera_key(verdict.camera_id)
+    state = Message(topics.state(camera), encode(state_payload(verdict)), True, verdict.camera_id)
+    window = verdict.window_start or verdict.assessed_at
+    return Unit(f"verdict:{verdict.batch_id}", verdict.camera_id, verdict.batch_id, "state", window, (state,))

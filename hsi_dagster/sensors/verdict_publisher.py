@@ -28,6 +28,7 @@ from hsi_dagster.core.mqtt_messages import (
     camera_topics,
     discovery_digest,
     discovery_messages,
+    initial_state_unit,
     plan_camera,
     removal_messages,
 )
@@ -95,7 +96,9 @@ def _plan(
         for camera_id, record in sorted(known.items())
         if camera_id not in wanted and record.removed_at is None
     ]
-    units = []
+    busy = {v.camera_id for v in verdicts}
+    stateless = [c for c in sorted(wanted - busy) if known.get(c) is None or known[c].last_window_start is None]
+    units = [initial_state_unit(v, topics) for v in mqtt_outbox.latest_verdicts(conn, stateless, since)]
     for camera_id in sorted({v.camera_id for v in verdicts} | {a.camera_id for a in alerts}):
         record = known.get(camera_id)
         retained = record.last_window_start if record and record.removed_at is None else None

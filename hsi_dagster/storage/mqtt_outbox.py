@@ -106,22 +106,22 @@ def _factor_reasons(assessment: Any) -> tuple[str, ...]:
     return reasons_from(lines)
 
 
-def unpublished_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
-    """Valid assessments since `since` with no outbox row, per camera in window order (then assessment order)."""
+def _verdicts(
+    conn: duckdb.DuckDBPyConnection, where: str, params: dict[str, Any], limit: int | None = None
+) -> list[StoredVerdict]:
+    """Valid assessments matching `where` (over `r`, risk_assessments, and `b`, detection_batches), per camera in
+    window order (then assessment order); the floor columns (migration 6, the verdict helper) when present."""
     present = _columns(conn, "risk_assessments")
-    optional = ", ".join(
-        f"r.{name}" if name in present else f"NULL AS {name}"
-        for name in ("floor_score", "floor_reasons", "model_score")
-    )
+    columns = ("floor_score", "floor_reasons", "model_score")
+    optional = ", ".join(f"r.{name}" if name in present else f"NULL AS {name}" for name in columns)
     rows = conn.execute(
         f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
                    r.assessed_at, {optional}
             FROM risk_assessments r LEFT JOIN detection_batches b USING (batch_id)
-            WHERE r.status = 'ok' AND r.risk_level IS NOT NULL AND r.assessed_at >= $since
-              AND NOT EXISTS (SELECT 1 FROM mqtt_outbox o WHERE o.message_key = 'verdict:' || r.batch_id)
-            ORDER BY r.camera_id, coalesce(b.started_at, r.assessed_at), r.assessed_at, r.batch_id
-            LIMIT $limit""",
-        {"since": since, "limit": limit},
+            WHERE r.status = 'ok' AND r.risk_level IS NOT NULL AND {where}
+            ORDER BY r.camera_id, coalesce(b.started_at, r.assessed_at), r.assessed_at, r.batch_id"""
+        + (f" LIMIT {int(limit)}" if limit is not None else ""),
+        params,
     ).fetchall()
     verdicts = []
     for batch_id, camera_id, level, score, summary, assessment, started, assessed, floor, floor_reasons, model in rows:
@@ -130,6 +130,33 @@ def unpublished_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit
             StoredVerdict(batch_id, camera_id, level, score, summary, reasons, started, assessed, floor, model)
         )
     return verdicts
+
+
+def unpublished_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
+    """Valid assessments since `since` with no outbox row (at most `limit`, the oldest per camera first)."""
+    return _verdicts(
+        conn,
+        """r.assessed_at >= $since
+           AND NOT EXISTS (SELECT 1 FROM mqtt_outbox o WHERE o.message_key = 'verdict:' || r.batch_id)""",
+        {"since": since},
+        limit,
+    )
+
+
+def latest_verdicts(
+    conn: duckdb.DuckDBPyConnection, camera_ids: Sequence[str], before: datetime
+) -> list[StoredVerdict]:
+    """Each camera's newest valid verdict assessed before `before` (the publisher's start, so never one that is
+    still to be published): the state a camera's entities start from."""
+    return _verdicts(
+        conn,
+        """r.batch_id IN (SELECT arg_max(r3.batch_id, (coalesce(b3.started_at, r3.assessed_at), r3.assessed_at))
+                          FROM risk_assessments r3 LEFT JOIN detection_batches b3 USING (batch_id)
+                          WHERE r3.status = 'ok' AND r3.risk_level IS NOT NULL AND r3.assessed_at < $before
+                            AND list_contains($cameras, r3.camera_id)
+                          GROUP BY r3.camera_id)""",
+        {"cameras": list(camera_ids), "before": before},
+    )
 
 
 def unpublished_evidence_alerts(

@@ -305,7 +305,7 @@ def test_untrusted_camera_names_and_an_oversized_summary_never_break_a_tick(
     assert len(state["summary"]) == HA_STATE_MAX_CHARS and state["summary"].endswith("…")
     assert state["camera"] == "Front Door/#1 é+☃"
     config = json.loads(retained(broker, "homeassistant/#")[f"homeassistant/sensor/hsi_{slug}/risk_level/config"])
-    assert config["device"]["name"] == "Front Door/#1 é+☃ risk"
+    assert config["device"]["name"] == "hsi Front Door/#1 é+☃"
 
 
 def test_the_sensor_skips_when_off_and_never_raises(tmp_path: Path) -> None:
@@ -368,3 +368,22 @@ def test_evidence_alerts_are_events_and_floor_reasons_are_the_states_reasons(
     assert state["reasons"] == ["night presence at the gate (zone, ts)"]
     tick(db, broker.port)
     assert len(events(recorder, "gate")) == 2  # each once
+
+
+def test_entities_start_from_each_cameras_last_verdict_without_an_event_for_it(
+    tmp_path: Path, broker: Mosquitto, recorder: Recorder
+) -> None:
+    """Publishing turned on: verdicts older than the first tick's hour are not events, but each camera's newest
+    one is its first state, so the entities show something at once."""
+    db = tmp_path / "hsi.duckdb"
+    hours_ago = now() - timedelta(hours=3)
+    save_verdict(db, "old-1", "yard", 90, hours_ago)
+    save_verdict(db, "old-2", "yard", 30, hours_ago + timedelta(minutes=5))
+    save_verdict(db, "old-3", "door", 70, hours_ago)
+    report = publish_pending(database(db), publisher(broker.port), None)
+    assert report.states == 2 and report.events == 0
+    states = retained(broker, "hsi/+/state")
+    assert json.loads(states["hsi/yard/state"])["batch_id"] == "old-2"
+    assert json.loads(states["hsi/door/state"])["threat"] == "ON"
+    assert recorder.on("/event") == []
+    assert publish_pending(database(db), publisher(broker.port), None).units == 0  # once
