@@ -299,21 +299,26 @@ def _local_hour(context: EnrichedContext, profile: CameraProfile | None) -> tupl
 
 # ----------------------------------------------------------------------------------------------- the rules
 class _Fired:
+    """The rules that fired; `reasons()` puts the deciding (highest) one first."""
+
     def __init__(self) -> None:
         self.score = 0
-        self.reasons: list[str] = []
+        self._fired: list[tuple[int, str]] = []
 
     def add(self, score: int, reason: str) -> None:
         self.score = max(self.score, score)
-        self.reasons.append(f"{reason} -> {score} {level_for_score(score)}")
+        self._fired.append((score, f"{reason} -> {score} {level_for_score(score)}"))
+
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(reason for _, reason in sorted(self._fired, key=lambda item: -item[0]))
 
 
 def _labelled(context: EnrichedContext, labels: Sequence[str], min_confidence: float) -> dict[str, list[str]]:
+    """Detector labels are matched whole (a `knife` detection, not a `knife block`)."""
+    wanted = {normalise_label(label) for label in labels}
     found: dict[str, list[str]] = {}
     for item in context.detections.items:
-        entry = EvidenceRules.matches(item.label, labels)
-        exact = entry is not None and normalise_label(item.label) == normalise_label(entry)
-        if exact and item.confidence >= min_confidence:
+        if normalise_label(item.label) in wanted and item.confidence >= min_confidence:
             found.setdefault(item.label, []).append(item.detection_id)
     return found
 
@@ -469,6 +474,6 @@ def evidence_floor(
     return Floor(
         score=fired.score,
         level=level_for_score(fired.score),
-        reasons=tuple(fired.reasons),
+        reasons=fired.reasons(),
         ignored=tuple(reader.ignored),
     )
