@@ -135,7 +135,7 @@ def test_live_stream_every_window_assessed_exactly_once_through_the_sensors(
         stored = _stored(db)
     finally:
         stop_group(daemon)
-        stop_group(code_server)
+        stop_group(code_server, grace_s=5)  # it waits up to 60 s for open RPC calls; it keeps no state
     assert stored["detections"] == len(records) and stored["unassigned"] == 0 and stored["quarantined"] == 0
     assert stored["batches"] == expected  # every window, with all its detections: none split by a late file
     assert sorted(stored["assessed"]) == sorted(expected)  # one row each (batch_id is the key)

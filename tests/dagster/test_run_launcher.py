@@ -139,7 +139,7 @@ def orchestrator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Orchestra
     finally:
         if daemon is not None:
             stop_group(daemon)
-        stop_group(code_server)
+        stop_group(code_server, grace_s=5)  # it waits up to 60 s for open RPC calls; it keeps no state
         instance.dispose()
 
 
