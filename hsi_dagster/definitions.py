@@ -84,18 +84,8 @@ def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]
             page_size=settings.FRIGATE_API_PAGE_SIZE,
             settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
         ),
-        "mqtt": MqttPublisherResource(
-            enabled=settings.MQTT_PUBLISH,
-            host=settings.MQTT_HOST,
-            port=settings.MQTT_PORT,
-            username=settings.MQTT_USERNAME,
-            password=dg.EnvVar("MQTT_PASSWORD") if settings.MQTT_PASSWORD else None,
-            tls=settings.MQTT_TLS,
-            ca_file=settings.MQTT_CA_FILE,
-            client_id=settings.MQTT_PUBLISH_CLIENT_ID,
-            topic_prefix=settings.MQTT_TOPIC_PREFIX,
-            discovery_prefix=settings.MQTT_DISCOVERY_PREFIX,
-            connect_timeout_seconds=settings.MQTT_CONNECT_TIMEOUT_SECONDS,
+        "mqtt": MqttPublisherResource.from_settings(
+            settings, dg.EnvVar("MQTT_PASSWORD") if settings.MQTT_PASSWORD else None
         ),
         "pipeline_settings": PipelineSettingsResource.from_settings(settings),
     }

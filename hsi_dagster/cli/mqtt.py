@@ -18,18 +18,9 @@ from hsi_dagster.settings import HsiSettings
 def _broker_check(settings: HsiSettings, timeout: float) -> dict[str, Any]:
     from hsi_dagster.resources.mqtt import MqttError, MqttPublisherResource
 
-    mqtt = MqttPublisherResource(
-        enabled=settings.MQTT_PUBLISH,
-        host=settings.MQTT_HOST,
-        port=settings.MQTT_PORT,
-        username=settings.MQTT_USERNAME,
-        password=settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None,
-        tls=settings.MQTT_TLS,
-        ca_file=settings.MQTT_CA_FILE,
-        client_id=settings.MQTT_PUBLISH_CLIENT_ID,
-        topic_prefix=settings.MQTT_TOPIC_PREFIX,
-        discovery_prefix=settings.MQTT_DISCOVERY_PREFIX,
-        connect_timeout_seconds=timeout,
+    password = settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None
+    mqtt = MqttPublisherResource.from_settings(settings, password).model_copy(
+        update={"connect_timeout_seconds": timeout}
     )
     started = time.monotonic()
     result: dict[str, Any] = {"broker": mqtt.broker, "connected": False}

@@ -21,6 +21,7 @@ import dagster as dg
 from pydantic import Field
 
 from hsi_dagster.core.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
+from hsi_dagster.settings import HsiSettings
 
 WILL_DELAY_SECONDS = 120  # the entities turn unavailable this long after the last tick (ticks every 15 s)
 SESSION_EXPIRY_SECONDS = 600  # longer than the will delay: the next tick resumes the session, cancelling the will
@@ -99,6 +100,24 @@ class MqttPublisherResource(dg.ConfigurableResource):
     discovery_prefix: str = "homeassistant"
     connect_timeout_seconds: float = 5.0
     will_delay_seconds: int = WILL_DELAY_SECONDS  # entities unavailable this long after the ticks stop
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings, password: Any) -> MqttPublisherResource:
+        """The MQTT_* settings; `password` is dg.EnvVar("MQTT_PASSWORD") in the definitions, the plain secret in
+        the CLI (None when unset)."""
+        return cls(
+            enabled=settings.MQTT_PUBLISH,
+            host=settings.MQTT_HOST,
+            port=settings.MQTT_PORT,
+            username=settings.MQTT_USERNAME,
+            password=password,
+            tls=settings.MQTT_TLS,
+            ca_file=settings.MQTT_CA_FILE,
+            client_id=settings.MQTT_PUBLISH_CLIENT_ID,
+            topic_prefix=settings.MQTT_TOPIC_PREFIX,
+            discovery_prefix=settings.MQTT_DISCOVERY_PREFIX,
+            connect_timeout_seconds=settings.MQTT_CONNECT_TIMEOUT_SECONDS,
+        )
 
     @property
     def broker(self) -> str:
