@@ -39,6 +39,7 @@ PIPELINE_ASSETS = ["detections", "detection_batches", "enriched_contexts", "budg
 GROUPS = ("ingest", "pipeline", "reports")
 PARTITION = DAY.strftime("%Y-%m-%d")
 WEBSERVER_WAIT_S = 120.0
+pytestmark = pytest.mark.engine  # headless Chromium: the slow tier (.ci/run), not `./dev test`
 
 
 @dataclass(frozen=True)
