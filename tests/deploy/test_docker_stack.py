@@ -9,20 +9,16 @@ docker.io and starts dockerd. Takes minutes: the `docker_stack` tier.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import statistics
 import subprocess
 import time
 from collections import Counter
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from tests.support.docker_images import DockerError, StackImages, build_stack_images, docker, engine_problem
-from tests.support.docker_stack import DockerStack, running_stack, wait_for
+from tests.support.docker_stack import DockerStack, running_stack, write_stack_env
 
 pytestmark = pytest.mark.docker_stack
 
@@ -44,24 +40,6 @@ def images() -> StackImages:
     return StackImages()
 
 
-def write_env(path: Path, **extra: str) -> Path:
-    """The stack's one hsi.env: Postgres and API secrets, small llama-servers (1 slot of 4096 tokens each)."""
-    values = {
-        "DAGSTER_PG_USERNAME": "dagster",
-        "DAGSTER_PG_PASSWORD": secrets.token_hex(12),
-        "DAGSTER_PG_DB": "dagster",
-        "LLAMA_API_KEY": secrets.token_hex(16),
-        "CTX_SIZE": "4096",
-        "PARALLEL": "1",
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "192",
-        # CI machines are shared: at nice 5 (PRIO=-1) the servers starve behind other jobs and every run waits.
-        "PRIO": "0",
-        **extra,
-    }
-    path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
-    return path
-
-
 def run_command(image: str, options: list[str], command: list[str]) -> tuple[int, str]:
     """Exit code and output of a one-shot container of `image` (no network)."""
     proc = subprocess.run(
@@ -73,7 +51,7 @@ def run_command(image: str, options: list[str], command: list[str]) -> tuple[int
 
 @pytest.mark.timeout(1500)  # the first test of the module builds the images
 def test_services_refuse_to_start_on_bad_settings_naming_the_setting(images, tmp_path):
-    env = write_env(tmp_path / "hsi.env")
+    env = write_stack_env(tmp_path / "hsi.env")
     env.chmod(0o644)
     mount = f"--volume={env}:/run/hsi/hsi.env:ro"
     # No hsi.env where HSI_ENV_FILE points: the Dagster image (every service and run container) and the llama-server.
@@ -99,48 +77,14 @@ def test_services_refuse_to_start_on_bad_settings_naming_the_setting(images, tmp
     assert code == 3 and "DAGSTER_PG_HOST=postgres: Postgres does not answer" in output, output
 
 
-def llama_prompt_tokens(stack: DockerStack, alias: str) -> float:
-    """llama-server's own counter of prompt tokens processed (its /metrics, asked inside its container)."""
-    script = (
-        "import os, urllib.request\n"
-        "request = urllib.request.Request('http://127.0.0.1:8091/metrics', "
-        "headers={'Authorization': 'Bearer ' + os.environ['LLAMA_API_KEY']})\n"
-        "print(urllib.request.urlopen(request, timeout=10).read().decode())\n"
-    )
-    text = docker("exec", stack.name(alias), "python3", "-c", script)
-    return next(
-        float(line.split()[-1]) for line in text.splitlines() if line.startswith("llamacpp:prompt_tokens_total")
-    )
-
-
-def expected_windows(stack: DockerStack, tmp_path: Path) -> tuple[list, int]:
-    """The windows of the stream's files, computed here from the files (core/batching), and their detections."""
-    from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
-    from hsi_dagster.settings import load_settings
-
-    records = [
-        json.loads(line)
-        for path in stack.copy_inbox(tmp_path / "inbox")
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
-    refs = [
-        DetectionRef(
-            r["detection_id"], r["camera_id"], datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC),
-            r["label"], float(r["confidence"]),
-        )
-        for r in records
-    ]  # fmt: skip
-    return assign_batches(refs, BatchRules.from_settings(load_settings(env_file=stack.env_file))), len(records)
-
-
 def batch_runs(stack: DockerStack) -> list[dict]:
-    return [run for run in stack.runs() if run["tags"].get("dagster/partition")]
+    """The runs of batch windows (the hourly risk_timeline run has a partition too: a day)."""
+    return [run for run in stack.runs() if run["jobName"] == "batch_pipeline"]
 
 
 @pytest.mark.timeout(1500)  # images (cold: minutes), a 150 s stream, the last windows
 def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
-    stack = DockerStack(images, write_env(tmp_path / "hsi.env"))
+    stack = DockerStack(images, write_stack_env(tmp_path / "hsi.env"))
     with running_stack(stack):
         print(f"stack up (s): { {k: round(v, 1) for k, v in stack.timings.items()} }")
         started = time.monotonic()
@@ -148,7 +92,7 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
 
         # One llama-server killed mid-stream: the router must send everything to the other one.
         time.sleep(KILL_LLAMA_AFTER_S)
-        before_kill = llama_prompt_tokens(stack, "ai-llm-b")
+        before_kill = stack.llama_prompt_tokens("ai-llm-b")
         stack.kill("ai-llm-a")
         killed_at = time.time()
 
@@ -159,7 +103,7 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
         assert stack.started_at("dagster-daemon") != daemon_started
 
         docker("wait", stack.name("simulator"), timeout=600)
-        expected, detections = expected_windows(stack, tmp_path)
+        expected, detections = stack.expected_windows(tmp_path / "inbox")
         expected_ids = {batch.batch_id for batch in expected}
         last_close = max(batch.closes_at.timestamp() for batch in expected)
         print(
@@ -167,14 +111,7 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
         )
         assert len(expected) >= 4
 
-        def all_assessed() -> bool:
-            rows = stack.duckdb_rows("SELECT batch_id FROM risk_assessments")
-            unfinished = [
-                run for run in stack.runs() if run["status"] in ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
-            ]
-            return expected_ids <= {row[0] for row in rows} and not unfinished
-
-        wait_for("every window assessed and no run in flight", all_assessed, timeout=600, interval=5)
+        stack.wait_all_assessed(expected_ids, timeout=600)
 
         # Every closed window assessed exactly once: one row, one successful run, no row for anything else.
         rows = stack.duckdb_rows("SELECT batch_id, status, epoch(assessed_at), latency_ms FROM risk_assessments")
@@ -198,11 +135,11 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
 
         # The router used the other server after the kill, and the killed one stayed down.
         assert not stack.running("ai-llm-a")
-        assert llama_prompt_tokens(stack, "ai-llm-b") > before_kill
+        assert stack.llama_prompt_tokens("ai-llm-b") > before_kill
         after_kill = [row for row in rows if row[2] > killed_at]
         assert after_kill, "no window was assessed after the llama-server was killed"
 
-        # Figures: window closed -> row stored, minus LLM time; the launch cost of a container per run.
+        # The figure of the issue: window closed -> row stored, minus LLM time (bench/docker_bench.py for the rest).
         closes = {batch.batch_id: batch.closes_at.timestamp() for batch in expected}
         overhead = [row[2] - closes[row[0]] - (row[3] or 0) / 1000 for row in rows]
         print(

@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +67,24 @@ def read_env_file(path: Path) -> dict[str, str]:
         if sep and not name.startswith("#"):
             values[name.strip()] = value
     return values
+
+
+def write_stack_env(path: Path, **extra: str) -> Path:
+    """A stack's one hsi.env: Postgres and API secrets, small llama-servers (1 slot of 4096 tokens each)."""
+    values = {
+        "DAGSTER_PG_USERNAME": "dagster",
+        "DAGSTER_PG_PASSWORD": secrets.token_hex(12),
+        "DAGSTER_PG_DB": "dagster",
+        "LLAMA_API_KEY": secrets.token_hex(16),
+        "CTX_SIZE": "4096",
+        "PARALLEL": "1",
+        "NEMOTRON_MAX_OUTPUT_TOKENS": "192",
+        # Shared CI machines: at nice 5 (PRIO=-1) the servers starve behind other jobs and every run waits on them.
+        "PRIO": "0",
+        **extra,
+    }
+    path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
+    return path
 
 
 @dataclass
@@ -308,6 +328,62 @@ class DockerStack:
             "    print(json.dumps(conn.execute(sys.argv[1]).fetchall(), default=str))\n"
         )
         return json.loads(self.in_image("python3", "-c", script, sql))
+
+    def llama_prompt_tokens(self, alias: str) -> float:
+        """llama-server's own count of prompt tokens processed (its /metrics, asked inside its container)."""
+        script = (
+            "import os, urllib.request\n"
+            "request = urllib.request.Request('http://127.0.0.1:8091/metrics', "
+            "headers={'Authorization': 'Bearer ' + os.environ['LLAMA_API_KEY']})\n"
+            "print(urllib.request.urlopen(request, timeout=10).read().decode())\n"
+        )
+        text = docker("exec", self.name(alias), "python3", "-c", script)
+        counter = "llamacpp:prompt_tokens_total"
+        return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(counter))
+
+    def expected_windows(self, into: Path) -> tuple[list[Any], int]:
+        """The windows of the stream's files, computed here from the files (core/batching), and their detections."""
+        from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
+        from hsi_dagster.settings import load_settings
+
+        records = [
+            json.loads(line) for path in self.copy_inbox(into) for line in path.read_text().splitlines() if line.strip()
+        ]
+        refs = [
+            DetectionRef(
+                r["detection_id"], r["camera_id"],
+                datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).astimezone(UTC), r["label"],
+                float(r["confidence"]),
+            )
+            for r in records
+        ]  # fmt: skip
+        rules = BatchRules.from_settings(load_settings(env_file=self.env_file))
+        return assign_batches(refs, rules), len(records)
+
+    def wait_all_assessed(self, batch_ids: set[str], timeout: float) -> None:
+        """Until every batch has its risk_assessments row and no run is queued or in flight."""
+
+        def done() -> bool:
+            stored = {row[0] for row in self.duckdb_rows("SELECT batch_id FROM risk_assessments")}
+            in_flight = [
+                run for run in self.runs() if run["status"] in ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
+            ]
+            return batch_ids <= stored and not in_flight
+
+        wait_for("every window assessed and no run in flight", done, timeout=timeout, interval=5)
+
+    def launch_run(self, job: str) -> str:
+        """Submit a run of `job` as the UI's Launch button does (through the queue, the daemon, DockerRunLauncher)."""
+        data = self.graphql(
+            "mutation($p: ExecutionParams!) { launchRun(executionParams: $p) { __typename "
+            "... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }",
+            {"p": {"selector": {"repositoryLocationName": "hsi_dagster", "repositoryName": "__repository__",
+                                "jobName": job}, "runConfigData": {}}},
+        )  # fmt: skip
+        result = data["launchRun"]
+        if result["__typename"] != "LaunchRunSuccess":
+            raise ValueError(f"launchRun {job}: {result}")
+        return result["run"]["runId"]
 
     def stream(self, *args: str) -> None:
         """`hsi simulate --live` into the inbox on the volume, in a container of the same image (detached)."""
