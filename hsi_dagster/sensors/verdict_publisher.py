@@ -37,7 +37,7 @@ from hsi_dagster.resources.mqtt import MqttError, MqttPublisherResource
 from hsi_dagster.storage import mqtt_outbox
 
 MAX_VERDICTS_PER_TICK = 500
-UNITS_PER_COMMIT = 25
+UNITS_PER_COMMIT = 100  # per outbox commit (~50 ms each: a DuckDB connection); also the most a crash repeats
 
 
 @dataclass
