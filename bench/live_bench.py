@@ -30,6 +30,12 @@ waits: a `sitecustomize` put on the lanes' PYTHONPATH times every `hsi_dagster.s
 (package code unchanged). The lanes' databases are not read while the stream runs (a reader would make writers wait);
 measurement queries here are read-only.
 
+Evidence-only alerts (issue 24 item 4; --evidence-every S, default 30, 0 = off): during the daemon lane's stream,
+every S seconds the bench drops one more file into the inbox holding a stranger beside a knife (two "knife"
+detections: evidence alone is critical), as a detector would. The lane's ALERT_WEBHOOK_URL points at a receiver in
+this script. Stage "inbox file written -> evidence alert posted": the file's mtime to the receiver's clock when the
+POST arrives (same machine, same clock); also "-> alert stored" (evidence_alerts.created_at). Goal <= 2 s.
+
 Micro figures (--micro, on by default, before the stream): import time of hsi_dagster.definitions, a process
 spawned with multiprocessing 'spawn' that imports it (what dagster's code server does per run), and the readiness
 check with its schema probe (LlamaClient.ensure_ready) from a fresh process. The load average is sampled throughout.
@@ -51,8 +57,9 @@ import tempfile
 import textwrap
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +314,100 @@ def batch_rules():
     from hsi_dagster.settings import load_settings
 
     return BatchRules.from_settings(load_settings())
+
+
+# ------------------------------------------------------------------------------------------- evidence-only alerts
+class AlertReceiver:
+    """The webhook every alert of the lanes is posted to: records (arrival time, JSON body)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[float, dict]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                receiver.received.append((time.time(), json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def evidence_only(self) -> dict[str, float]:
+        """alert_key -> when its POST arrived (the first, if it came twice)."""
+        arrived: dict[str, float] = {}
+        for at, body in self.received:
+            if body.get("kind") == "evidence_only":
+                arrived.setdefault(body["alert_id"].removeprefix("evidence:"), at)
+        return arrived
+
+
+class EvidenceInjector(threading.Thread):
+    """Every `every` seconds, one inbox file with a stranger beside a knife (timestamps now), written the way the
+    simulator writes (a dot-file renamed when complete)."""
+
+    def __init__(self, inbox: Path, every: float) -> None:
+        super().__init__(daemon=True)
+        self.inbox, self.every = inbox, every
+        self.stop_event = threading.Event()
+        self.written: dict[str, float] = {}  # file name -> mtime
+
+    def run(self) -> None:
+        k = 0
+        while not self.stop_event.wait(self.every):
+            k += 1
+            now = datetime.now(UTC)
+            records = [
+                {"detection_id": f"evidence-{k}-{label}-{n}", "camera_id": "garage", "label": label,
+                 "ts": (now - timedelta(seconds=0.1 * (3 - n))).isoformat().replace("+00:00", "Z"),
+                 "confidence": 0.85 if label == "person" else 0.8, "track_id": f"evidence-{k}-{label}",
+                 "zone": "garage_door", "enrichment": {"reid": {"identity": None, "known": False, "score": 0.2}}}
+                for label, n in (("person", 0), ("knife", 1), ("knife", 2))
+            ]  # fmt: skip
+            name = f"evidence-{k:03d}.jsonl"
+            tmp = self.inbox / f".{name}"
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+            tmp.rename(self.inbox / name)
+            self.written[name] = (self.inbox / name).stat().st_mtime
+
+
+def evidence_figures(lane: Lane, injector: EvidenceInjector | None, receiver: AlertReceiver) -> dict[str, Any]:
+    """Per injected file: its mtime -> its alert stored (evidence_alerts.created_at) and -> posted (received)."""
+    if injector is None or not injector.written:
+        return {}
+    from hsi_dagster.storage.db import connect
+
+    with connect(lane.db, read_only=True) as conn:
+        rows = conn.execute(
+            "SELECT alert_key, detection_id, epoch(created_at), webhook_status FROM evidence_alerts"
+        ).fetchall()
+    arrived = receiver.evidence_only()
+    stored, posted, missing = [], [], []
+    for name, mtime in sorted(injector.written.items()):
+        k = int(name.split("-")[1].split(".")[0])
+        row = next((r for r in rows if r[1].startswith(f"evidence-{k}-")), None)
+        if row is None:
+            missing.append(name)
+            continue
+        stored.append(row[2] - mtime)
+        if row[0] in arrived:
+            posted.append(arrived[row[0]] - mtime)
+    return {
+        "files": len(injector.written),
+        "alerts": len(rows),
+        "posts": len(arrived),
+        "duplicate_posts": sum(1 for _, b in receiver.received if b.get("kind") == "evidence_only") - len(arrived),
+        "missing": missing,
+        "file_to_stored": stored,
+        "file_to_posted": posted,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------- lanes
@@ -967,6 +1068,7 @@ class LaneResult:
     load: dict[str, float]
     stream_start: float
     stream_end: float
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 def run_lane(
@@ -978,6 +1080,7 @@ def run_lane(
     log,
     sampler: LoadSampler,
     source: list[StreamFile] | None,
+    receiver: AlertReceiver | None = None,
 ) -> LaneResult:
     """One lane from start to finish: its orchestration up, the stream (live from `hsi simulate`, or a replay of
     `source`), every window assessed, its orchestration down; then its records."""
@@ -992,6 +1095,10 @@ def run_lane(
     load = load_average()
     stream_start = time.time()
     print(f"{name}: stream ({'replay' if source else 'hsi simulate --live'}); load {load:.2f}", flush=True)
+    injector = None
+    if name == "daemon" and args.evidence_every > 0:
+        injector = EvidenceInjector(lane.inbox, args.evidence_every)
+        injector.start()
     if source is None:
         argv = [str(BIN / "hsi"), "simulate", "--live", "--inbox", str(lane.inbox), "--rate", str(args.rate),
                 "--seconds", str(args.seconds), "--seed", str(args.seed),
@@ -1002,6 +1109,9 @@ def run_lane(
             raise RuntimeError(f"hsi simulate exited with {simulator.returncode} (see {work / 'processes.log'})")
     else:
         replay(source, lane.inbox)
+    if injector is not None:
+        injector.stop_event.set()
+        injector.join()
     stream_end = time.time()
     files = read_stream(lane.inbox)
     refs = refs_of([r for f in files for r in f.records])
@@ -1035,6 +1145,7 @@ def run_lane(
         cli_thread.stop_event.set()
         cli_thread.join(timeout=60)
     procs.stop_all_started()
+    evidence = evidence_figures(lane, injector, receiver) if receiver is not None else {}
     return LaneResult(
         files=files,
         expected=expected,
@@ -1045,6 +1156,7 @@ def run_lane(
         load={"at_stream_start": load, **sampler.between(stream_start, done_at)},
         stream_start=stream_start,
         stream_end=stream_end,
+        evidence=evidence,
     )
 
 
@@ -1071,6 +1183,8 @@ def lane_figures(name: str, lane: Lane, res: LaneResult, table: list[dict], para
         "exactly_once": exactly_once(res.expected, res.data, res.runs, risk_materializations(lane.home)),
         "lock_waits": read_lock_log(lane.lock_log),
     }
+    if res.evidence:
+        figures["evidence_alerts"] = res.evidence
     if name == "daemon":
         figures["stages"] = daemon_stages(table, res.runs, res.ticks, name)
         figures["ingest_stages"] = ingest_stages(res.files, res.data, res.runs, res.ticks)
@@ -1111,6 +1225,12 @@ def main() -> int:
         "(it restarts its code server every 60 s)",
     )
     parser.add_argument("--lanes", default="daemon,cli", help="daemon, cli or both, in the order they run")
+    parser.add_argument(
+        "--evidence-every",
+        type=float,
+        default=30.0,
+        help="seconds between injected evidence files (a knife beside a stranger) in the daemon lane; 0 = none",
+    )
     parser.add_argument("--settle-timeout", type=float, default=900.0, help="after the last window closes")
     parser.add_argument("--no-micro", action="store_true", help="skip the import/spawn/probe figures")
     parser.add_argument("--json", type=Path, help="write every figure and the per-batch table here")
@@ -1157,6 +1277,8 @@ def main() -> int:
     }
     lanes: dict[str, Lane] = {}
     results: dict[str, LaneResult] = {}
+    receiver = AlertReceiver()
+    base_env["ALERT_WEBHOOK_URL"] = receiver.url
     try:
         server = EmbeddedServerProcess(
             {"PARALLEL": args.parallel, "CTX_SIZE": SLOT_CONTEXT * args.parallel}, log_path=str(work / "llama.log")
@@ -1169,7 +1291,7 @@ def main() -> int:
         source: list[StreamFile] | None = None
         for name in lanes_wanted:
             lanes[name] = Lane(name, work, base_env, work / f"{name}_inbox")
-            results[name] = run_lane(name, lanes[name], args, work, procs, log, sampler, source)
+            results[name] = run_lane(name, lanes[name], args, work, procs, log, sampler, source, receiver)
             source = source or results[name].files
         table = batch_table(
             {name: res.expected for name, res in results.items()}, {n: r.data for n, r in results.items()}
@@ -1300,6 +1422,14 @@ def report(result: dict[str, Any], lanes: list[str]) -> None:
                     print(f"  {name:<55} {statistics.median(values):7.2f} {p90(values):7.2f}  n={len(values)}")
         if "sensors" in f:
             print(f"{lane}: sensors {json.dumps(f['sensors'])}")
+        if f.get("evidence_alerts"):
+            e = f["evidence_alerts"]
+            print(
+                f"{lane}: evidence-only alerts: {e['files']} files, {e['alerts']} alerts, {e['posts']} posted, "
+                f"{e['duplicate_posts']} duplicate posts, missing {e['missing']}"
+            )
+            print(f"{lane}: inbox file written -> evidence alert stored {summary(e['file_to_stored'])}")
+            print(f"{lane}: inbox file written -> evidence alert posted {summary(e['file_to_posted'])}")
     for lane in lanes:
         print(summary_line(lane, result))
 
