@@ -5,7 +5,7 @@ stored and when the first of them arrived. Quarter hours, not hours, so that a l
 buckets in every time zone (India +05:30, Nepal +05:45) and the aggregate never depends on a profile's zone
 (which the operator may add or change later). It is:
 - maintained at ingest, in the same transaction as the detections (`record_activity*`, called by storage/ingest.py),
-  counting only rows actually inserted (a re-sent detection_id is not counted twice);
+  counting only rows actually inserted (a re-sent detection_id is not counted twice), with MERGE (see `_MERGE`);
 - re-derived from `detections` over the history window by the daily `camera_baselines` asset (`reconcile_activity`),
   which corrects any drift (detections deleted by hand, rows written by an older version);
 - pruned of buckets older than the history window by the retention job (`prune_activity`).
@@ -35,12 +35,18 @@ BUCKET_SECONDS = 900
 MAX_RECENT_GROUPS = 50  # bound of the cross-camera query; core keeps the latest HistoryRules.max_events
 
 _BUCKET = f"to_timestamp(floor(epoch({{ts}}) / {BUCKET_SECONDS}) * {BUCKET_SECONDS})"
-_UPSERT = """
-INSERT INTO camera_activity (camera_id, bucket_start, label, detections, first_ingested_at)
-SELECT camera_id, {bucket} AS bucket_start, label, count(*), $received_at FROM ({rows}) r GROUP BY ALL
-ON CONFLICT (camera_id, bucket_start, label) DO UPDATE SET
-    detections = camera_activity.detections + excluded.detections,
-    first_ingested_at = least(camera_activity.first_ingested_at, excluded.first_ingested_at)
+# MERGE, not INSERT ... ON CONFLICT: the latter needs a primary key, and its index made every ingest ~50 % slower
+# (bench/history_bench.py; rewritten at each checkpoint). Without a key, two writers racing on a new bucket may leave
+# two rows for it: every reader sums or takes distinct labels, and the daily reconcile folds them into one.
+_MERGE = """
+MERGE INTO camera_activity a USING (
+    SELECT camera_id, {bucket} AS bucket_start, label, count(*) AS detections, $received_at AS first_ingested_at
+    FROM ({rows}) r GROUP BY ALL
+) s
+ON a.camera_id = s.camera_id AND a.bucket_start = s.bucket_start AND a.label = s.label
+WHEN MATCHED THEN UPDATE SET
+    detections = a.detections + s.detections, first_ingested_at = least(a.first_ingested_at, s.first_ingested_at)
+WHEN NOT MATCHED THEN INSERT VALUES (s.camera_id, s.bucket_start, s.label, s.detections, s.first_ingested_at)
 """
 
 
@@ -60,7 +66,7 @@ def record_activity(
         rows_sql = (
             f"SELECT * FROM ({rows_sql}) QUALIFY row_number() OVER (PARTITION BY detection_id ORDER BY line_no) = 1"
         )
-    conn.execute(_UPSERT.format(bucket=_BUCKET.format(ts="ts"), rows=rows_sql), dict(params))
+    conn.execute(_MERGE.format(bucket=_BUCKET.format(ts="ts"), rows=rows_sql), dict(params))
 
 
 def record_activity_rows(conn: duckdb.DuckDBPyConnection, inserted: Mapping[str, Any], received_at: datetime) -> None:
@@ -82,7 +88,7 @@ def record_activity_rows(conn: duckdb.DuckDBPyConnection, inserted: Mapping[str,
 # ----------------------------------------------------------------------------------------------- upkeep
 @dataclass(frozen=True)
 class Reconciled:
-    buckets_corrected: int  # buckets whose count differed from the detections (added, changed or removed)
+    buckets_corrected: int  # buckets whose count differed from the detections (added, changed, removed, doubled)
     buckets: int  # buckets since the cut-off after the run
 
 
@@ -100,15 +106,18 @@ def reconcile_activity(conn: duckdb.DuckDBPyConnection, since: datetime) -> Reco
         )
         row = conn.execute(
             """SELECT count(*) FROM _hsi_fresh_activity f
-               FULL OUTER JOIN (SELECT * FROM camera_activity WHERE bucket_start >= $since) a
+               FULL OUTER JOIN (
+                   SELECT camera_id, bucket_start, label, sum(detections) AS detections, count(*) AS copies
+                   FROM camera_activity WHERE bucket_start >= $since GROUP BY ALL
+               ) a
                  USING (camera_id, bucket_start, label)
-               WHERE f.detections IS DISTINCT FROM a.detections""",
+               WHERE f.detections IS DISTINCT FROM a.detections OR a.copies > 1""",
             {"since": since},
         ).fetchone()
         corrected = int(row[0]) if row else 0
         if corrected:
             conn.execute("DELETE FROM camera_activity WHERE bucket_start >= $since", {"since": since})
-            conn.execute("INSERT INTO camera_activity SELECT * FROM _hsi_fresh_activity")
+            conn.execute("INSERT INTO camera_activity SELECT * FROM _hsi_fresh_activity ORDER BY bucket_start")
         total = conn.execute("SELECT count(*) FROM _hsi_fresh_activity").fetchone()
         conn.execute("DROP TABLE _hsi_fresh_activity")
         conn.execute("COMMIT")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget
+from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_floor
 from hsi_dagster.core.camera_profiles import parse_camera_profiles
 from hsi_dagster.core.enrichment import EnrichedContext, build_context
 from hsi_dagster.core.history import (
@@ -248,5 +248,5 @@ def test_history_outranks_florence_lines_beyond_the_second():
     tight = fit_to_budget(sections, "", full_without_others - 40, counter)
     assert "baseline" not in tight.sections_removed and "cross_camera" not in tight.sections_removed
     assert "florence" in tight.sections_shortened
-    tighter = fit_to_budget(sections, "", 1_200, counter)
+    tighter = fit_to_budget(sections, "", prompt_floor(sections, "", counter) + 5, counter)
     assert tighter.sections_removed[-2:] == ["cross_camera", "baseline"]

@@ -235,3 +235,22 @@ def test_a_renamed_camera_keeps_its_history_through_former_ids(tmp_path: Path) -
     kept = facts(("porch",))
     assert kept.enough_history and kept.baselines[0].days_seen == 14
     assert kept.assumptions == ("history of former camera ids counted: porch",)
+
+
+def test_two_rows_for_one_bucket_are_read_as_their_sum_and_folded_by_the_reconcile(tmp_path: Path) -> None:
+    """Without a primary key two writers racing on a new bucket may each insert it (storage/history.py _MERGE)."""
+    db = tmp_path / "race.duckdb"
+    ingest_lines(db, nightly_history(14, 3))
+    with connect(db) as conn:
+        conn.execute(
+            "INSERT INTO camera_activity SELECT * FROM camera_activity WHERE label = 'person' AND bucket_start = ?",
+            [bucket_floor(BATCH - timedelta(days=1)).replace(minute=0)],
+        )
+        conn.execute("UPDATE camera_activity SET detections = 0 WHERE rowid = (SELECT max(rowid) FROM camera_activity)")
+    assert history_facts(inputs_for(db)).baselines[0].days_seen == 14
+    with connect(db) as conn:
+        assert reconcile_activity(conn, BATCH - timedelta(days=20)).buckets_corrected == 1
+    assert aggregate(db) == from_detections(db)
+    with connect(db, read_only=True) as conn:
+        doubled = "SELECT camera_id, bucket_start, label FROM camera_activity GROUP BY ALL HAVING count(*) > 1"
+        assert conn.execute(f"SELECT count(*) FROM ({doubled})").fetchone() == (0,)
