@@ -29,9 +29,16 @@ RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 
 @dg.sensor(minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING)
 def high_risk_alert_sensor(
-    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, alert_webhook: AlertWebhookResource
+    context: dg.SensorEvaluationContext,
+    duckdb: HsiDuckDBResource,
+    alert_webhook: AlertWebhookResource,
+    pipeline_settings: PipelineSettingsResource,
 ) -> dg.SkipReason:
-    """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical."""
+    """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical. Also
+    the evidence-only pass (`alert_on_evidence`), for detections that arrive without an inbox (`hsi ingest`,
+    Frigate) when no inbox_sensor tick runs it: within this sensor's interval instead of the inbox tick's ~0.1 s."""
+    if not Path(pipeline_settings.get().HSI_INBOX_DIR).is_dir():
+        alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
     records = context.instance.fetch_materializations(
         RISK_ASSESSMENTS_KEY, limit=200, cursor=context.cursor, ascending=True
     )

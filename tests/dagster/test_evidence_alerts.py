@@ -12,8 +12,9 @@ import pytest
 
 from hsi_dagster.core.evidence_alerts import EVIDENCE_ONLY, EvidenceAlert
 from hsi_dagster.resources import HsiDuckDBResource
-from hsi_dagster.sensors import inbox_sensor
+from hsi_dagster.sensors import high_risk_alert_sensor, inbox_sensor
 from hsi_dagster.storage.evidence_alerts import claim_evidence_alert, evidence_alerts_after
+from hsi_dagster.storage.ingest import ingest_lines
 from tests.dagster.test_alert_webhook import Webhook
 from tests.support.pipeline_helpers import detection, resources, sensor_tick
 
@@ -115,3 +116,12 @@ def test_replayed_old_detections_never_alert(instance, tmp_path, webhook):
     res = resources(db, alert_webhook_url=webhook.url, HSI_INBOX_DIR=str(inbox))
     sensor_tick(inbox_sensor, instance, res, None)
     assert webhook.posts == [] and stored(db) == []
+
+
+def test_without_an_inbox_the_alert_sensor_alerts_on_detections_from_other_paths(instance, tmp_path, webhook):
+    db = str(tmp_path / "hsi.duckdb")
+    ingest_lines(db, knife_at_the_door(datetime.now(UTC) - timedelta(seconds=2)).splitlines())  # as `hsi ingest`
+    res = resources(db, alert_webhook_url=webhook.url)  # HSI_INBOX_DIR: a folder that does not exist
+    sensor_tick(high_risk_alert_sensor, instance, res, None)
+    sensor_tick(high_risk_alert_sensor, instance, res, None)
+    assert [p["json"]["kind"] for p in webhook.posts] == [EVIDENCE_ONLY]
