@@ -160,9 +160,9 @@ class MqttPublisherResource(dg.ConfigurableResource):
             outcome["reason"] = reason_code
             answered.set()
 
-        def on_connect_fail(client: Any, userdata: Any) -> None:
-            outcome.setdefault("failures", 0)
-            outcome["failures"] += 1
+        def on_connect_fail(client: Any, userdata: Any) -> None:  # the TCP (or TLS) connection failed
+            outcome["failed"] = True
+            answered.set()
 
         client.on_connect = on_connect
         client.on_connect_fail = on_connect_fail
@@ -172,16 +172,16 @@ class MqttPublisherResource(dg.ConfigurableResource):
         )
         client.connect_async(self.host, self.port, keepalive=30, clean_start=not resume_session, properties=properties)
         client.loop_start()
-        if not answered.wait(self.connect_timeout_seconds):
+        answered.wait(self.connect_timeout_seconds)
+        if "reason" not in outcome:
             _stop(client)
             why = (
-                f"{outcome['failures']} connection attempt(s) failed: nothing accepted it"
-                if outcome.get("failures")
-                else "no CONNACK: something listens there but does not speak MQTT to us"
+                "the connection failed: refused, unreachable, or the TLS handshake failed"
+                if outcome.get("failed")
+                else f"did not answer within {self.connect_timeout_seconds:g} s: no CONNACK"
             )
             raise MqttUnavailable(
-                f"MQTT broker {self.broker} did not answer within {self.connect_timeout_seconds:g} s ({why}): is it "
-                "running and reachable (MQTT_HOST, MQTT_PORT, MQTT_TLS)?"
+                f"MQTT broker {self.broker}: {why}; is it running and reachable (MQTT_HOST, MQTT_PORT, MQTT_TLS)?"
             )
         reason = outcome["reason"]
         if reason.is_failure:
