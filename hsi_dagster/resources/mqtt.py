@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
 
 from hsi_dagster.core.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
 from hsi_dagster.settings import HsiSettings
@@ -88,11 +87,11 @@ class MqttSession:
 class MqttPublisherResource(dg.ConfigurableResource):
     """The outbound broker (MQTT_HOST, MQTT_PORT, MQTT_TLS, MQTT_USERNAME, MQTT_PASSWORD via dg.EnvVar) and topics."""
 
-    enabled: bool = Field(False, description="MQTT_PUBLISH: publish verdicts at all.")
+    enabled: bool = False  # MQTT_PUBLISH: publish verdicts at all
     host: str = "127.0.0.1"
     port: int = 1883
     username: str | None = None
-    password: str | None = Field(None, description="MQTT_PASSWORD, as dg.EnvVar: never a plain value.")
+    password: str | None = None  # MQTT_PASSWORD, as dg.EnvVar in the definitions: never a plain value there
     tls: bool = False
     ca_file: str | None = None
     client_id: str = "hsi-verdicts"
