@@ -62,17 +62,22 @@ def knife_at_the_door(start: datetime, prefix: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def dropped(tmp_path, webhook, name: str, text: str) -> tuple[str, dict]:
+    """An inbox holding one file; the database path and the resources (webhook on)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir(exist_ok=True)
+    (inbox / name).write_text(text)
+    db = str(tmp_path / "hsi.duckdb")
+    return db, resources(db, alert_webhook_url=webhook.url, HSI_INBOX_DIR=str(inbox))
+
+
 def stored(db: str) -> list[dict]:
     with HsiDuckDBResource(database=db).get_connection(read_only=True) as conn:
         return evidence_alerts_after(conn, datetime(2000, 1, 1, tzinfo=UTC), 100)
 
 
 def test_a_knife_beside_a_stranger_posts_one_evidence_only_alert_in_the_tick(instance, tmp_path, webhook):
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    db = str(tmp_path / "hsi.duckdb")
-    (inbox / "a.jsonl").write_text(knife_at_the_door(datetime.now(UTC) - timedelta(seconds=3)))
-    res = resources(db, alert_webhook_url=webhook.url, HSI_INBOX_DIR=str(inbox))
+    db, res = dropped(tmp_path, webhook, "a.jsonl", knife_at_the_door(datetime.now(UTC) - timedelta(seconds=3)))
     first = sensor_tick(inbox_sensor, instance, res, None)
     assert first.run_requests == []  # the window is still open (no fast-path person): no LLM yet, the alert is out
     [post] = webhook.posts
@@ -86,17 +91,14 @@ def test_a_knife_beside_a_stranger_posts_one_evidence_only_alert_in_the_tick(ins
     sensor_tick(inbox_sensor, instance, res, None)
     assert len(webhook.posts) == 1 and len(stored(db)) == 1
     # more of the same track: still the one alert (one per track and cooldown)
-    (inbox / "b.jsonl").write_text(knife_at_the_door(datetime.now(UTC) - timedelta(seconds=1), prefix="b"))
+    (tmp_path / "inbox" / "b.jsonl").write_text(knife_at_the_door(datetime.now(UTC) - timedelta(seconds=1), prefix="b"))
     sensor_tick(inbox_sensor, instance, res, first.cursor)
     assert len(webhook.posts) == 1
 
 
 def test_a_claim_whose_tick_died_before_posting_is_posted_once_by_the_next_tick(instance, tmp_path, webhook):
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    db = str(tmp_path / "hsi.duckdb")
-    (inbox / "calm.jsonl").write_text(detection("c1", "porch", datetime.now(UTC) - timedelta(seconds=2)) + "\n")
-    res = resources(db, alert_webhook_url=webhook.url, HSI_INBOX_DIR=str(inbox))
+    car = detection("c1", "porch", datetime.now(UTC) - timedelta(seconds=2)) + "\n"
+    db, res = dropped(tmp_path, webhook, "calm.jsonl", car)
     sensor_tick(inbox_sensor, instance, res, None)
     assert webhook.posts == []  # a car: nothing to say
     died = EvidenceAlert("porch:t9:1", "porch", "t9", "c1", 90, "critical", ("weapon: knife",), datetime.now(UTC))
@@ -109,11 +111,7 @@ def test_a_claim_whose_tick_died_before_posting_is_posted_once_by_the_next_tick(
 
 
 def test_replayed_old_detections_never_alert(instance, tmp_path, webhook):
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    db = str(tmp_path / "hsi.duckdb")
-    (inbox / "old.jsonl").write_text(knife_at_the_door(datetime.now(UTC) - timedelta(hours=3)))
-    res = resources(db, alert_webhook_url=webhook.url, HSI_INBOX_DIR=str(inbox))
+    db, res = dropped(tmp_path, webhook, "old.jsonl", knife_at_the_door(datetime.now(UTC) - timedelta(hours=3)))
     sensor_tick(inbox_sensor, instance, res, None)
     assert webhook.posts == [] and stored(db) == []
 
