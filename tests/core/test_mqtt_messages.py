@@ -103,6 +103,9 @@ def test_discovery_has_four_entities_per_camera_with_home_assistants_fields() ->
         assert {"name", "unique_id", "state_topic", "availability_topic", "device", "qos"} <= set(config)
         assert config["device"]["identifiers"] == ["hsi_yard"]
     assert configs[0]["options"] == ["low", "medium", "high", "critical"] and configs[0]["device_class"] == "enum"
+    # Home Assistant's sensor validation: options need device_class enum and exclude state_class and a unit
+    assert "state_class" not in configs[0] and "unit_of_measurement" not in configs[0]
+    assert "options" not in configs[1] and configs[1]["state_class"] == "measurement"
     assert configs[3]["payload_on"] == "ON" and configs[3]["device_class"] == "safety"
 
 
