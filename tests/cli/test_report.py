@@ -9,6 +9,7 @@ import pytest
 
 from hsi_dagster.cli.report import build_report
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.pipeline_tables import save_assessment
 
 T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 
@@ -152,3 +153,27 @@ def test_nothing_measured_and_nothing_to_report(db: Path) -> None:
         "latency: n/a",
         "cached prompt tokens: n/a",
     ]
+
+
+def test_the_report_says_who_decided_each_verdict(db: Path) -> None:
+    crowbar = "forcing: action.label 'prying' on 3 frames of track t1 at entry zone 'door' -> 90 critical"
+    with connect(db) as conn:
+        save_assessment(
+            conn,
+            {"batch_id": "b_fd2", "camera_id": "front_door", "status": "ok", "risk_score": 91,
+             "risk_level": "critical", "summary": "person forcing the lock", "model_score": 8, "floor_score": 91,
+             "floor_reasons": [crowbar], "decided_by": "floor"},
+        )  # fmt: skip
+        save_assessment(
+            conn,
+            {"batch_id": "b_g2", "camera_id": "garage", "status": "floor_only", "risk_score": 70, "risk_level": "high",
+             "summary": "Evidence rules (high, no usable model output): masked at night", "floor_score": 70,
+             "floor_reasons": ["masked at night: person t:t2"], "decided_by": "floor", "raw_output": "?",
+             "error": "no JSON object found"},
+        )  # fmt: skip
+        report = build_report(conn, ALL_IDS)
+    assert "decided by floor 91 > model 8: forcing: action.label 'prying'" in report
+    assert "decided by floor 70 > no model output: masked at night" in report
+    assert "garage: 2 batches (0 fast path), 3 detections; 1 high, 1 medium" in report
+    assert "1 decided by the evidence alone (no usable model output), 0 invalid output" in report
+    assert "evidence floor: decided 2 of 2 verdicts (raised above the model's score)" in report
