@@ -20,6 +20,7 @@ import pytest
 from hsi_dagster.core.mqtt_messages import HA_STATE_MAX_CHARS, camera_key
 from hsi_dagster.core.risk import RISK_LEVELS
 from hsi_dagster.resources import PipelineSettingsResource
+from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import verdict_publisher_sensor
 from hsi_dagster.sensors.verdict_publisher import publish_pending
 from hsi_dagster.settings import load_settings
@@ -387,3 +388,19 @@ def test_entities_start_from_each_cameras_last_verdict_without_an_event_for_it(
     assert json.loads(states["hsi/door/state"])["threat"] == "ON"
     assert recorder.on("/event") == []
     assert publish_pending(database(db), publisher(broker.port), None).units == 0  # once
+
+
+def test_the_sensor_runs_by_default_only_with_mqtt_publish_and_the_password_stays_an_env_var(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hsi_dagster.definitions import build_resources
+    from hsi_dagster.sensors.verdict_publisher import _publish_default_status
+
+    monkeypatch.setenv("HSI_ENV_FILE", "/dev/null")
+    assert _publish_default_status() == dg.DefaultSensorStatus.STOPPED
+    monkeypatch.setenv("MQTT_PUBLISH", "true")
+    assert _publish_default_status() == dg.DefaultSensorStatus.RUNNING
+    settings = load_settings(env_file="/dev/null", MQTT_PASSWORD="s3cret", MQTT_USERNAME="hsi")
+    mqtt = build_resources(settings)["mqtt"]
+    assert isinstance(mqtt, MqttPublisherResource) and mqtt.enabled
+    assert "s3cret" not in repr(mqtt.password) and "MQTT_PASSWORD" in repr(mqtt.password)
