@@ -26,6 +26,7 @@ RUN_PROCESSES = 4
 BATCHES_PER_PROCESS = 2
 READERS = 2
 BAD_LINES = 40
+STARTUP_S = 300  # a child importing Dagster on a loaded 2-core machine
 
 
 def _count_collisions():
@@ -72,7 +73,7 @@ def _run_batches(db: str, url: str, batch_ids: list[str], start, results) -> Non
         ok = 0
         with dg.instance_for_test() as instance:
             instance.add_dynamic_partitions(BATCH_PARTITIONS_NAME, batch_ids)
-            start.wait(120)
+            start.wait(STARTUP_S)
             for batch_id in batch_ids:
                 result = dg.materialize(
                     pipeline, partition_key=batch_id, instance=instance, resources=res, raise_on_error=False
@@ -87,7 +88,7 @@ def _ingest_bad_lines(db: str, start, results) -> None:
     """Child: a writer of another kind, ingest, one line per transaction (every line bad, so it is quarantined)."""
     counts = _count_collisions()
     try:
-        start.wait(120)
+        start.wait(STARTUP_S)
         for n in range(BAD_LINES):
             ingest_lines(db, [f'{{"detection_id": "bad-{n}"}}'], source=f"bad-{n}.jsonl")
         results.put(("ingest", BAD_LINES, counts, None))
@@ -102,7 +103,7 @@ def _read(db: str, start, stop, results) -> None:
         from hsi_dagster.storage.db import connect
 
         reads = 0
-        start.wait(120)
+        start.wait(STARTUP_S)
         while not stop.is_set():
             with connect(db, read_only=True) as conn:
                 conn.execute("SELECT count(*) FROM detections, risk_assessments").fetchone()
@@ -123,7 +124,9 @@ def test_four_concurrent_runs_and_readers_share_one_duckdb_file_without_a_lock_e
     assert len(batch_ids) == RUN_PROCESSES * BATCHES_PER_PROCESS
 
     ctx = multiprocessing.get_context("spawn")
-    start, stop, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    # Every child imports Dagster, then waits at the barrier with this process: all start together, whatever the load.
+    start = ctx.Barrier(RUN_PROCESSES + 1 + READERS + 1)
+    stop, results = ctx.Event(), ctx.Queue()
     writers = [
         ctx.Process(target=_run_batches, args=(db, llama_server.url, batch_ids[n::RUN_PROCESSES], start, results))
         for n in range(RUN_PROCESSES)
@@ -132,9 +135,8 @@ def test_four_concurrent_runs_and_readers_share_one_duckdb_file_without_a_lock_e
     readers = [ctx.Process(target=_read, args=(db, start, stop, results)) for _ in range(READERS)]
     for proc in writers + readers:
         proc.start()
-    time.sleep(8)  # the children import Dagster before they wait for the start signal
+    start.wait(STARTUP_S)
     started = time.monotonic()
-    start.set()
     outcomes = [results.get(timeout=300) for _ in writers]
     seconds = time.monotonic() - started
     stop.set()
