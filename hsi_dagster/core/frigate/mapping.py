@@ -198,17 +198,10 @@ def payload_kind(payload: Any, topic: str | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ events (MQTT)
-def _sub_label_name(state: Mapping[str, Any]) -> str | None:
+def _named(state: Mapping[str, Any], field_name: str) -> str | None:
+    """The name of a `[name, score]` field (sub_label, recognized_license_plate), None when absent or unreadable."""
     try:
-        parsed = read_named_score(state.get("sub_label"), "sub_label")
-    except PayloadError:
-        return None
-    return parsed[0] if parsed else None
-
-
-def _plate_text(state: Mapping[str, Any]) -> str | None:
-    try:
-        parsed = read_named_score(state.get("recognized_license_plate"), "recognized_license_plate")
+        parsed = read_named_score(state.get(field_name), field_name)
     except PayloadError:
         return None
     return parsed[0] if parsed else None
@@ -245,9 +238,9 @@ def event_changes(kind: str, before: Any, after: Mapping[str, Any]) -> tuple[str
         changes.append("zones")
     if bool(before.get("stationary")) != bool(after.get("stationary")):
         changes.append("stationary")
-    if _sub_label_name(before) != _sub_label_name(after):
+    if _named(before, "sub_label") != _named(after, "sub_label"):
         changes.append("sub_label")
-    if _plate_text(before) != _plate_text(after):
+    if _named(before, "recognized_license_plate") != _named(after, "recognized_license_plate"):
         changes.append("plate")
     if not after.get("stationary") and _moved(before, after):
         changes.append("moved")
