@@ -210,7 +210,7 @@ def state_payload(verdict: StoredVerdict) -> dict[str, Any]:
         "level": verdict.risk_level if verdict.risk_level in RISK_LEVELS else None,
         "score": verdict.risk_score,
         "threat": THREAT_ON if verdict.is_threat else THREAT_OFF,
-        "summary": clean_text(verdict.summary, HA_STATE_MAX_CHARS),
+        "summary": clean_text(verdict.summary or "; ".join(verdict.reasons), HA_STATE_MAX_CHARS),
         "reasons": list(verdict.reasons),
         "floor_score": verdict.floor_score,
         "model_score": verdict.model_score,

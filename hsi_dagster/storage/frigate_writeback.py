@@ -12,6 +12,7 @@ from datetime import datetime
 import duckdb
 
 from hsi_dagster.core.frigate_writeback import MAX_ATTEMPTS, RETRY, WritebackTarget
+from hsi_dagster.core.verdict import VERDICT_STATUSES
 from hsi_dagster.storage.mqtt_outbox import publisher_since
 
 WRITEBACK = "frigate_writeback"
@@ -23,17 +24,26 @@ def writeback_since(conn: duckdb.DuckDBPyConnection, now: datetime) -> datetime:
 
 
 def pending_writebacks(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[WritebackTarget]:
-    """Valid assessments since `since` of batches with Frigate detections, not written back yet (or to retry)."""
+    """Verdicts (core/verdict.py VERDICT_STATUSES: `ok`, `floor_only`) since `since` of batches with Frigate
+    detections, not written back yet (or to retry); without a summary (floor_only), the floor's reasons."""
     rows = conn.execute(
-        """SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, coalesce(w.attempts, 0)
+        """SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score,
+                  coalesce(nullif(r.summary, ''), array_to_string(CAST(r.floor_reasons AS VARCHAR[]), '; ')),
+                  coalesce(w.attempts, 0)
            FROM risk_assessments r LEFT JOIN frigate_writebacks w USING (batch_id)
-           WHERE r.status = 'ok' AND r.risk_level IS NOT NULL AND r.assessed_at >= $since
+           WHERE list_contains($statuses, r.status) AND r.risk_level IS NOT NULL AND r.assessed_at >= $since
              AND (w.batch_id IS NULL OR (w.status = $retry AND w.attempts < $max_attempts))
              AND EXISTS (SELECT 1 FROM detections d WHERE d.batch_id = r.batch_id AND d.detection_id LIKE 'frigate:%'
                          AND d.ts >= $since - INTERVAL 1 DAY)
            ORDER BY r.assessed_at, r.batch_id
            LIMIT $limit""",
-        {"since": since, "retry": RETRY, "max_attempts": MAX_ATTEMPTS, "limit": limit},
+        {
+            "since": since,
+            "retry": RETRY,
+            "max_attempts": MAX_ATTEMPTS,
+            "limit": limit,
+            "statuses": list(VERDICT_STATUSES),
+        },
     ).fetchall()
     if not rows:
         return []

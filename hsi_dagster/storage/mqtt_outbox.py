@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 
 from hsi_dagster.core.mqtt_messages import StoredEvidenceAlert, StoredVerdict, reasons_from
+from hsi_dagster.core.verdict import VERDICT_STATUSES
 
 PUBLISHER = "verdicts"
 FIRST_TICK_LOOKBACK = timedelta(hours=1)
@@ -109,8 +110,9 @@ def _factor_reasons(assessment: Any) -> tuple[str, ...]:
 def _verdicts(
     conn: duckdb.DuckDBPyConnection, where: str, params: dict[str, Any], limit: int | None = None
 ) -> list[StoredVerdict]:
-    """Valid assessments matching `where` (over `r`, risk_assessments, and `b`, detection_batches), per camera in
-    window order (then assessment order); the floor columns (migration 6, the verdict helper) when present."""
+    """Verdicts (statuses `ok` and `floor_only`, core/verdict.py) matching `where` (over `r`, risk_assessments, and
+    `b`, detection_batches), per camera in window order (then assessment order); the floor columns (migration 6)
+    when present."""
     present = _columns(conn, "risk_assessments")
     columns = ("floor_score", "floor_reasons", "model_score")
     optional = ", ".join(f"r.{name}" if name in present else f"NULL AS {name}" for name in columns)
@@ -118,10 +120,10 @@ def _verdicts(
         f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
                    r.assessed_at, {optional}
             FROM risk_assessments r LEFT JOIN detection_batches b USING (batch_id)
-            WHERE r.status = 'ok' AND r.risk_level IS NOT NULL AND {where}
+            WHERE list_contains($statuses, r.status) AND r.risk_level IS NOT NULL AND {where}
             ORDER BY r.camera_id, coalesce(b.started_at, r.assessed_at), r.assessed_at, r.batch_id"""
         + (f" LIMIT {int(limit)}" if limit is not None else ""),
-        params,
+        {**params, "statuses": list(VERDICT_STATUSES)},
     ).fetchall()
     verdicts = []
     for batch_id, camera_id, level, score, summary, assessment, started, assessed, floor, floor_reasons, model in rows:
@@ -133,7 +135,7 @@ def _verdicts(
 
 
 def unpublished_verdicts(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[StoredVerdict]:
-    """Valid assessments since `since` with no outbox row (at most `limit`, the oldest per camera first)."""
+    """Verdicts since `since` with no outbox row (at most `limit`, the oldest per camera first)."""
     return _verdicts(
         conn,
         """r.assessed_at >= $since
@@ -152,7 +154,8 @@ def latest_verdicts(
         conn,
         """r.batch_id IN (SELECT arg_max(r3.batch_id, (coalesce(b3.started_at, r3.assessed_at), r3.assessed_at))
                           FROM risk_assessments r3 LEFT JOIN detection_batches b3 USING (batch_id)
-                          WHERE r3.status = 'ok' AND r3.risk_level IS NOT NULL AND r3.assessed_at < $before
+                          WHERE list_contains($statuses, r3.status) AND r3.risk_level IS NOT NULL
+                            AND r3.assessed_at < $before
                             AND list_contains($cameras, r3.camera_id)
                           GROUP BY r3.camera_id)""",
         {"cameras": list(camera_ids), "before": before},
@@ -197,8 +200,11 @@ def backlog(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def assessed_cameras(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    """Every camera with a stored valid assessment (the cameras when no camera profile file names them)."""
-    rows = conn.execute("SELECT DISTINCT camera_id FROM risk_assessments WHERE status = 'ok' ORDER BY 1").fetchall()
+    """Every camera with a stored verdict (the cameras when no camera profile file names them)."""
+    rows = conn.execute(
+        "SELECT DISTINCT camera_id FROM risk_assessments WHERE list_contains(?, status) ORDER BY 1",
+        [list(VERDICT_STATUSES)],
+    ).fetchall()
     return [row[0] for row in rows]
 
 

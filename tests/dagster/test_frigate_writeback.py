@@ -184,3 +184,18 @@ def test_the_sensor_is_off_by_default_and_never_raises(tmp_path: Path) -> None:
     assert tick("http://127.0.0.1:1") == "FRIGATE_WRITEBACK is off"
     assert tick("", FRIGATE_WRITEBACK="both") == "FRIGATE_URL is not set"
     assert "Frigate did not answer" in tick(f"http://127.0.0.1:{free_port()}", FRIGATE_WRITEBACK="both")
+
+
+def test_a_floor_only_verdict_is_written_back_with_the_floors_reasons(tmp_path: Path) -> None:
+    db = tmp_path / "hsi.duckdb"
+    fake = RecordingFrigate({"e9": {"id": "e9", "data": {}, "sub_label": None}})
+    frigate_batch(db, "b-floor", "gate", ["e9"], 85, "")
+    with connect(db) as conn:
+        conn.execute(
+            "UPDATE risk_assessments SET status = 'floor_only', floor_reasons = ? WHERE batch_id = 'b-floor'",
+            [json.dumps(["weapon: knife (label)"])],
+        )
+    with serve(fake) as url:
+        assert write_back_pending(database(db), FrigateResource(url=url), "both").done == 1
+    assert fake.events["e9"]["data"]["description"] == "HSI risk: CRITICAL (85/100): weapon: knife (label)"
+    assert fake.events["e9"]["sub_label"] == "risk critical"

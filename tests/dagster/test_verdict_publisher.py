@@ -404,3 +404,29 @@ def test_the_sensor_runs_by_default_only_with_mqtt_publish_and_the_password_stay
     mqtt = build_resources(settings)["mqtt"]
     assert isinstance(mqtt, MqttPublisherResource) and mqtt.enabled
     assert "s3cret" not in repr(mqtt.password) and "MQTT_PASSWORD" in repr(mqtt.password)
+
+
+def test_a_floor_only_verdict_is_published_with_the_floors_reasons_as_its_summary(
+    tmp_path: Path, broker: Mosquitto, recorder: Recorder
+) -> None:
+    """No usable model reply, the evidence floor decided (status floor_only, core/verdict.py): still a verdict."""
+    db = tmp_path / "hsi.duckdb"
+    save_verdict(
+        db,
+        "f-0",
+        "gate",
+        85,
+        now(),
+        summary="",
+        status="floor_only",
+        floor_score=85,
+        floor_reasons=json.dumps(["weapon: knife (label)"]),
+    )
+    tick(db, broker.port)
+    recorder.wait(lambda r: len(events(r, "gate")) == 1, what="the floor-only event")
+    event = events(recorder, "gate")[0]
+    assert (event["level"], event["summary"], event["reasons"]) == (
+        "critical",
+        "weapon: knife (label)",
+        ["weapon: knife (label)"],
+    )

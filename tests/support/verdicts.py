@@ -21,9 +21,15 @@ from tests.support.mosquitto import Mosquitto
 
 
 def save_verdict(
-    db: Path, batch_id: str, camera_id: str, score: int, assessed_at: datetime, summary: str | None = None
+    db: Path,
+    batch_id: str,
+    camera_id: str,
+    score: int,
+    assessed_at: datetime,
+    summary: str | None = None,
+    **columns: Any,
 ) -> None:
-    """A valid (`ok`) stored assessment, as the risk_assessments asset writes it."""
+    """A stored verdict (status `ok` unless `columns` say otherwise), as the risk_assessments asset writes it."""
     with connect(db) as conn:
         save_assessment(
             conn,
@@ -37,6 +43,7 @@ def save_verdict(
                 "assessment": {"risk_factors": [{"factor_name": "test factor", "contribution": 10}]},
                 "status": "ok",
                 "assessed_at": assessed_at,
+                **columns,
             },
         )
 
