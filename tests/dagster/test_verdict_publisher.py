@@ -324,13 +324,13 @@ def test_availability_is_online_while_ticks_come_and_offline_once_they_stop(
     tmp_path: Path, broker: Mosquitto, recorder: Recorder
 ) -> None:
     """The last will with a delay (resources/mqtt.py): between ticks the entities stay available; when the ticks stop
-    (here after a 2 s delay; 120 s in production) the broker publishes `offline`, retained."""
+    (here after a 5 s delay; 120 s in production) the broker publishes `offline`, retained."""
     import time
 
     db = tmp_path / "hsi.duckdb"
     save_verdict(db, "x-0", "yard", 20, now())
-    mqtt = publisher(broker.port, will_delay_seconds=2)
-    for _ in range(4):  # ticks 1 s apart, closer than the delay
+    mqtt = publisher(broker.port, will_delay_seconds=5)
+    for _ in range(4):  # ticks about 1 s apart, well within the delay
         publish_pending(database(db), mqtt, None)
         time.sleep(1)
     assert [m.payload for m in recorder.on("hsi/availability")] == [b"online"] * 4
