@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from hsi_dagster.core.evidence import Floor
-from hsi_dagster.core.risk import PLAIN, ParsedAssessment, parse_assessment, repair_messages
+from hsi_dagster.core.risk import PLAIN, SUMMARY_MAX, ParsedAssessment, parse_assessment, repair_messages
 from hsi_dagster.core.verdict import FLOOR_ONLY, INVALID_OUTPUT, OK, Verdict, final_verdict
 
 __all__ = ["FLOOR_ONLY", "INVALID_OUTPUT", "OK", "AssessmentOutcome", "assess", "verdict_fields"]
-FLOOR_SUMMARY_MAX = 160
 
 
 class Reply(Protocol):
@@ -89,7 +88,7 @@ def floor_summary(verdict: Verdict) -> str:
     structured fields only (no caption or other camera text)."""
     first = verdict.floor_reasons[0] if verdict.floor_reasons else "evidence rules"
     text = f"Evidence rules ({verdict.level}, no usable model output): {first}"
-    return text if len(text) <= FLOOR_SUMMARY_MAX else text[: FLOOR_SUMMARY_MAX - 1] + "…"
+    return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
 
 
 def verdict_fields(outcome: AssessmentOutcome, floor: Floor) -> tuple[dict[str, Any], Verdict]:
