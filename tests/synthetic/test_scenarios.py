@@ -10,6 +10,7 @@ import pytest
 from hsi_dagster.core.detections import Rejection, validate_record
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.risk import LEVEL_BANDS
+from hsi_dagster.synthetic.hard_scenarios import HARD_CATEGORIES
 from hsi_dagster.synthetic.scenarios import (
     SCENARIOS_PATH,
     ScenarioFileError,
@@ -101,3 +102,46 @@ def test_subset_by_id_keeps_the_set_order_and_refuses_unknown_ids():
     assert [s.scenario_id for s in select_scenarios(scenarios, None, ["s060", "s001"])] == ["s001", "s060"]
     with pytest.raises(ScenarioFileError, match="s999"):
         select_scenarios(scenarios, None, ["s999"])
+
+
+def test_split_is_deterministic_and_stratified():
+    from hsi_dagster.synthetic.scenarios import SPLITS, split_for
+
+    scenarios = load_scenarios()
+    assert {s.split for s in scenarios} == set(SPLITS)
+    for level in ("low", "medium", "high", "critical"):
+        assert {s.split for s in scenarios if s.expected_level == level} == set(SPLITS), level
+    by_category: dict[str, list[str]] = {}
+    for scenario in scenarios:
+        by_category.setdefault(scenario.category, []).append(scenario.split)
+    for category, splits in by_category.items():
+        assert splits == [split_for(category, i) for i in range(len(splits))]  # stored == the rule
+        if len(splits) >= 2:
+            assert set(splits) == set(SPLITS), category  # alternating: both sides
+    adversarial = Counter(s.split for s in scenarios if s.adversarial)
+    assert adversarial["tune"] >= 2 and adversarial["holdout"] >= 2
+    holdout = select_scenarios(scenarios, split="holdout")
+    assert holdout and all(s.split == "holdout" for s in holdout)
+    assert len(holdout) + len(select_scenarios(scenarios, split="tune")) == len(scenarios)
+    with pytest.raises(ScenarioFileError, match="unknown split 'train'"):
+        select_scenarios(scenarios, split="train")
+
+
+def test_the_hard_cases_of_issue_24_are_in_the_set():
+    categories = {s.category for s in load_scenarios()}
+    for needed in (
+        "gardener_shears",
+        "resident_2am",
+        "trick_or_treaters",
+        "children_play_fighting",
+        "night_delivery",
+        "neighbours_cat",
+        "caption_claims_gun",
+        "known_turns_violent",
+        "car_doors_night",
+        "back_door_3am",
+        "package_theft_day",
+    ):
+        assert needed in categories
+    hard = {category.name for category in HARD_CATEGORIES}
+    assert sum(s.category in hard for s in load_scenarios()) >= 24
