@@ -1,7 +1,8 @@
 """The sensors, one module each: closed batch windows -> runs (`batch_windows`, and `inbox` which also loads dropped
 files), risky assessments -> alerts (`alerts`), Frigate's API -> detections (`frigate`), verdicts -> MQTT and
 Home Assistant (`verdict_publisher`) and back to Frigate's events (`frigate_writeback`). Shared pieces beside them:
-`window_planning` (which windows get a run) and `hold` (holding a tick until something changes)."""
+`window_planning` (which windows get a run), `hold` (holding a tick until something changes) and `default_status`
+(an optional integration's sensor runs by default only when the settings configure it)."""
 
 from hsi_dagster.sensors.alerts import high_risk_alert_sensor, unassessed_fast_path_sensor
 from hsi_dagster.sensors.batch_windows import batch_window_sensor

@@ -8,6 +8,7 @@ import dagster as dg
 from hsi_dagster.core.frigate.api_cursor import ApiCursor, plan_api_pull
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateResource
+from hsi_dagster.sensors.default_status import default_status_when
 from hsi_dagster.storage.frigate import load_live_messages
 
 FRIGATE_MAX_EVENTS_PER_TICK = 1000
@@ -16,13 +17,7 @@ FRIGATE_MAX_HOLD_SECONDS = 3600.0  # an event still in progress after this long 
 
 def _frigate_default_status() -> dg.DefaultSensorStatus:
     """On by default only when FRIGATE_URL is set where the code location loads (turn it on in the UI otherwise)."""
-    from hsi_dagster.settings import load_settings
-
-    try:
-        configured = bool(load_settings().FRIGATE_URL)
-    except Exception:  # a bad .env is reported by the definitions themselves
-        configured = False
-    return dg.DefaultSensorStatus.RUNNING if configured else dg.DefaultSensorStatus.STOPPED
+    return default_status_when(lambda settings: bool(settings.FRIGATE_URL))
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=_frigate_default_status())

@@ -27,6 +27,7 @@ from hsi_dagster.core.frigate_writeback import (
 )
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateResource, FrigateWriteError
+from hsi_dagster.sensors.default_status import default_status_when
 from hsi_dagster.storage.frigate_writeback import pending_writebacks, record_writeback, writeback_since
 
 MAX_BATCHES_PER_TICK = 50
@@ -86,14 +87,7 @@ def write_back_pending(
 
 def _writeback_default_status() -> dg.DefaultSensorStatus:
     """Running by default only when FRIGATE_WRITEBACK is on and FRIGATE_URL set where the code location loads."""
-    from hsi_dagster.settings import load_settings
-
-    try:
-        settings = load_settings()
-        enabled = settings.FRIGATE_WRITEBACK != "off" and bool(settings.FRIGATE_URL)
-    except Exception:  # a bad hsi.env is reported by the definitions themselves
-        enabled = False
-    return dg.DefaultSensorStatus.RUNNING if enabled else dg.DefaultSensorStatus.STOPPED
+    return default_status_when(lambda settings: settings.FRIGATE_WRITEBACK != "off" and bool(settings.FRIGATE_URL))
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=_writeback_default_status())

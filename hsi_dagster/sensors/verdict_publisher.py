@@ -34,6 +34,7 @@ from hsi_dagster.core.mqtt_messages import (
 )
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.mqtt import MqttError, MqttPublisherResource
+from hsi_dagster.sensors.default_status import default_status_when
 from hsi_dagster.storage import mqtt_outbox
 
 MAX_VERDICTS_PER_TICK = 500
@@ -172,13 +173,7 @@ def publish_pending(
 
 def _publish_default_status() -> dg.DefaultSensorStatus:
     """Running by default only when MQTT_PUBLISH is true where the code location loads."""
-    from hsi_dagster.settings import load_settings
-
-    try:
-        enabled = load_settings().MQTT_PUBLISH
-    except Exception:  # a bad hsi.env is reported by the definitions themselves
-        enabled = False
-    return dg.DefaultSensorStatus.RUNNING if enabled else dg.DefaultSensorStatus.STOPPED
+    return default_status_when(lambda settings: settings.MQTT_PUBLISH)
 
 
 @dg.sensor(minimum_interval_seconds=15, default_status=_publish_default_status())
