@@ -13,7 +13,7 @@ Importable with pydantic + pydantic-settings only: the llama-server image carrie
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from hsi_dagster.llm import model_files
@@ -112,28 +112,22 @@ class LlamaServerOptions:
         `override_tensor` to set the placement instead of parsing it)."""
         if override_tensor is None:
             override_tensor = parse_override_tensor(settings.OVERRIDE_TENSOR) if settings.OVERRIDE_TENSOR else ()
-        return cls(
+        # CTX_SIZE -> ctx_size, ...: an option named like a setting is that setting, as HsiSettings parsed it
+        values = {
+            option.name: getattr(settings, option.name.upper())
+            for option in fields(cls)
+            if option.name.upper() in HsiSettings.model_fields
+        }
+        values.update(
             model_path=model_path or model_files.model_path(settings.MODEL_PATH),
+            override_tensor=override_tensor,
             host=host or settings.LLM_HOST,
             port=settings.LLM_PORT,
-            ctx_size=settings.CTX_SIZE,
-            parallel=settings.PARALLEL,
-            gpu_layers=settings.GPU_LAYERS,
-            flash_attention=settings.FLASH_ATTENTION,
-            cache_type_k=settings.CACHE_TYPE_K,
-            cache_type_v=settings.CACHE_TYPE_V,
-            cache_reuse=settings.CACHE_REUSE,
-            cache_ram_mib=settings.CACHE_RAM_MIB,
-            threads=settings.THREADS,
             priority=settings.PRIO,
-            batch_size=settings.BATCH_SIZE,
             api_key=settings.api_key,
-            mlock=settings.MLOCK,
-            n_cpu_moe=settings.N_CPU_MOE,
-            override_tensor=override_tensor,
-            draft_model_path=settings.DRAFT_MODEL_PATH,
             alias=settings.MODEL_ALIAS,
         )
+        return cls(**values)
 
     @property
     def slot_context(self) -> int:

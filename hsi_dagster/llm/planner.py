@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,19 +115,11 @@ class PlanInputs:
 
     @classmethod
     def from_options(cls, options: LlamaServerOptions, *, gpu_mem_gib: float | None = None) -> PlanInputs:
-        """From the parsed server options, so the plan and the server read every llama setting the same way."""
-        return cls(
-            ctx_size=options.ctx_size,
-            parallel=options.parallel,
-            cache_type_k=options.cache_type_k,
-            cache_type_v=options.cache_type_v,
-            gpu_layers=options.gpu_layers,
-            n_cpu_moe=options.n_cpu_moe,
-            override_tensor=options.override_tensor,
-            flash_attention=options.flash_attention,
-            batch_size=options.batch_size,
-            gpu_mem_gib=gpu_mem_gib,
-        )
+        """From the parsed server options, so the plan and the server read every llama setting the same way: each
+        input the options also hold is copied (the plan's own margins keep their defaults)."""
+        held = {option.name for option in fields(options)}
+        shared = {field.name: getattr(options, field.name) for field in fields(cls) if field.name in held}
+        return cls(**shared, gpu_mem_gib=gpu_mem_gib)
 
     @property
     def slot_cells(self) -> int:
