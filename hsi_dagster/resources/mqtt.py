@@ -84,6 +84,19 @@ class MqttSession:
         return got[0] if got else None
 
 
+# the publisher's fields read from the MQTT_* setting of their name (host <- MQTT_HOST); from_settings names the rest
+_MQTT_NAMED_ALIKE = (
+    "host",
+    "port",
+    "username",
+    "tls",
+    "ca_file",
+    "topic_prefix",
+    "discovery_prefix",
+    "connect_timeout_seconds",
+)
+
+
 class MqttPublisherResource(dg.ConfigurableResource):
     """The outbound broker (MQTT_HOST, MQTT_PORT, MQTT_TLS, MQTT_USERNAME, MQTT_PASSWORD via dg.EnvVar) and topics."""
 
@@ -104,18 +117,9 @@ class MqttPublisherResource(dg.ConfigurableResource):
     def from_settings(cls, settings: HsiSettings, password: Any) -> MqttPublisherResource:
         """The MQTT_* settings; `password` is dg.EnvVar("MQTT_PASSWORD") in the definitions, the plain secret in
         the CLI (None when unset)."""
+        named_alike = {name: getattr(settings, f"MQTT_{name.upper()}") for name in _MQTT_NAMED_ALIKE}
         return cls(
-            enabled=settings.MQTT_PUBLISH,
-            host=settings.MQTT_HOST,
-            port=settings.MQTT_PORT,
-            username=settings.MQTT_USERNAME,
-            password=password,
-            tls=settings.MQTT_TLS,
-            ca_file=settings.MQTT_CA_FILE,
-            client_id=settings.MQTT_PUBLISH_CLIENT_ID,
-            topic_prefix=settings.MQTT_TOPIC_PREFIX,
-            discovery_prefix=settings.MQTT_DISCOVERY_PREFIX,
-            connect_timeout_seconds=settings.MQTT_CONNECT_TIMEOUT_SECONDS,
+            **named_alike, enabled=settings.MQTT_PUBLISH, client_id=settings.MQTT_PUBLISH_CLIENT_ID, password=password
         )
 
     @property
