@@ -18,8 +18,7 @@ import logging
 import secrets
 import time
 from pathlib import Path
-
-import httpx
+from typing import Unpack
 
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.errors import (
@@ -50,7 +49,7 @@ from hsi_dagster.llm.slots import (
     slot_limiter,
     slot_semaphore_size,
 )
-from hsi_dagster.llm.transport import MISSING, ClosesOnExit, Transport
+from hsi_dagster.llm.transport import MISSING, ClosesOnExit, Transport, TransportOptions
 
 __all__ = [
     "API_LLAMA",
@@ -85,18 +84,13 @@ class LlamaClient(ClosesOnExit):
         self,
         base_url: str,
         *,
-        api_key: str | None = None,
-        read_timeout: float = 120.0,
-        connect_timeout: float = 5.0,
         startup_timeout: float = 300.0,
         refused_timeout: float | None = None,
-        max_tries: int = 3,
-        backoff_base: float = 0.5,
-        transport: httpx.BaseTransport | None = None,
         fallback_total_slots: int | None = None,
         fallback_slot_context: int | None = None,
         slot_lease_dir: str | None = None,  # HSI_SLOT_LEASE_DIR; None = slots.default_lease_dir()
         probe_cache_dir: str | Path | None = None,  # shared schema-probe verdicts (probe_cache.py); None = not shared
+        **http: Unpack[TransportOptions],  # api_key, timeouts, retries: Transport's, with its defaults
     ) -> None:
         """fallback_*: only for OpenAI-compatible servers without /props (vLLM): slots in flight, and the context
         when /v1/models lacks max_model_len.
@@ -104,15 +98,7 @@ class LlamaClient(ClosesOnExit):
         refused_timeout: how long readiness waits while the connection is REFUSED (nothing listens) before raising
         LlamaServerNotRunning; None = startup_timeout (for callers that have just spawned the server). A server
         that is up but loading (503) is waited for up to startup_timeout either way."""
-        self._transport = Transport(
-            base_url,
-            api_key=api_key,
-            read_timeout=read_timeout,
-            connect_timeout=connect_timeout,
-            max_tries=max_tries,
-            backoff_base=backoff_base,
-            transport=transport,
-        )
+        self._transport = Transport(base_url, **http)
         self.base_url = self._transport.base_url
         self.startup_timeout = float(startup_timeout)
         self.refused_timeout = self.startup_timeout if refused_timeout is None else float(refused_timeout)

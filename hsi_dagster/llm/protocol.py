@@ -10,7 +10,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from hsi_dagster.core.text import strip_think
 from hsi_dagster.llm.errors import LlamaServerError
@@ -19,6 +19,15 @@ from hsi_dagster.llm.slots import ServerInfo
 logger = logging.getLogger("hsi_dagster.llm")
 
 NO_THINKING = {"enable_thinking": False}  # Nemotron thinks by default; the pipeline wants the JSON only
+
+
+class ChatOptions(TypedDict, total=False):
+    """The sampling options the router and the `llm` resource pass on to LlamaClient.chat_json unchanged; its
+    defaults (temperature 0, seed 42, no extra body keys) are the only ones."""
+
+    temperature: float
+    seed: int | None
+    extra: dict | None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Self
+from typing import Any, Self, TypedDict
 
 import httpx
 
@@ -61,6 +61,17 @@ class ClosesOnExit:
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+class TransportOptions(TypedDict, total=False):
+    """Transport's keyword options, as LlamaClient takes and passes them on (Transport's defaults apply)."""
+
+    api_key: str | None
+    read_timeout: float
+    connect_timeout: float
+    max_tries: int
+    backoff_base: float
+    transport: httpx.BaseTransport | None
 
 
 class Transport(ClosesOnExit):

@@ -31,12 +31,14 @@ alike, probe a server once. Outside a run with the field unset, nothing is share
 
 import threading
 from pathlib import Path
+from typing import Unpack
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
+from hsi_dagster.llm.protocol import ChatOptions
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
 from hsi_dagster.settings import HsiSettings
 
@@ -190,25 +192,13 @@ class LlamaServerResource(dg.ConfigurableResource):
         return None if info.slot_context_configured else info.slot_context
 
     def chat_json(
-        self,
-        messages: list[dict],
-        schema: dict,
-        *,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-        seed: int | None = 42,
-        extra: dict | None = None,
+        self, messages: list[dict], schema: dict, *, max_tokens: int | None = None, **options: Unpack[ChatOptions]
     ) -> ChatResult:
         """LlamaClient.chat_json (through the router when there are several URLs); max_tokens defaults to
         max_output_tokens."""
         target = self.get_router() or self.get_client()
         return target.chat_json(
-            messages,
-            schema,
-            max_tokens=self.max_output_tokens if max_tokens is None else max_tokens,
-            temperature=temperature,
-            seed=seed,
-            extra=extra,
+            messages, schema, max_tokens=self.max_output_tokens if max_tokens is None else max_tokens, **options
         )
 
     def count_prompt_tokens(self, messages: list[dict]) -> int:
