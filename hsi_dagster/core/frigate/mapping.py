@@ -247,6 +247,31 @@ def event_changes(kind: str, before: Any, after: Mapping[str, Any]) -> tuple[str
     return tuple(changes)
 
 
+def _contract_record(
+    detection_id: str,
+    ts: str,
+    camera: str,
+    object_id: str,
+    label: str,
+    confidence: float,
+    bbox: list[float] | None,
+    zones: list[str],
+    enrichment: dict[str, Any],
+) -> dict[str, Any]:
+    """A tracked object as the contract's record, its keys in the contract's order (the JSON line is stored as is)."""
+    return {
+        "detection_id": detection_id,
+        "camera_id": camera,
+        "ts": ts,
+        "label": label,
+        "confidence": confidence,
+        "bbox": bbox,
+        "track_id": object_id,
+        "zone": zone_text(zones),
+        "enrichment": enrichment,
+    }
+
+
 def map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     """One `<prefix>/events` payload -> Emit (a detection), Skip (false positive, unchanged) or Invalid."""
     try:
@@ -294,17 +319,8 @@ def _map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     if top_score is not None:
         frigate["top_score"] = top_score
     enrichment["frigate"] = frigate
-    record = {
-        "detection_id": f"frigate:{object_id}:{kind}:{frame_time:.6f}",
-        "camera_id": camera,
-        "ts": epoch_to_ts(frame_time),
-        "label": label,
-        "confidence": confidence,
-        "bbox": bbox,
-        "track_id": object_id,
-        "zone": zone_text(zones),
-        "enrichment": enrichment,
-    }
+    detection_id, ts = f"frigate:{object_id}:{kind}:{frame_time:.6f}", epoch_to_ts(frame_time)
+    record = _contract_record(detection_id, ts, camera, object_id, label, confidence, bbox, zones, enrichment)
     return Emit(record, changes, _EVENT_SOURCES)
 
 
@@ -434,17 +450,8 @@ def _map_api_event(item: Any) -> Outcome:
     frigate.update({"source": "api", "type": str(data.get("type") or "object")})
     if end is not None:
         frigate["end_time"] = epoch_to_ts(end)
-    record: dict[str, Any] = {
-        "detection_id": f"frigate:{object_id}:api",
-        "camera_id": camera,
-        "ts": epoch_to_ts(start),
-        "label": label,
-        "confidence": confidence,
-        "bbox": bbox,
-        "track_id": object_id,
-        "zone": zone_text(zones),
-        "enrichment": enrichment,
-    }
+    detection_id, ts = f"frigate:{object_id}:api", epoch_to_ts(start)
+    record = _contract_record(detection_id, ts, camera, object_id, label, confidence, bbox, zones, enrichment)
     return Emit(record, ("api",), _API_SOURCES)
 
 
