@@ -78,6 +78,16 @@ def _histograms(
     ]
 
 
+def _counts_by(conn: duckdb.DuckDBPyConnection, rows_sql: str) -> list[tuple[str, int]]:
+    """(name, how many rows have it) in name order; `rows_sql` is a fixed SELECT whose rows have a `name` column."""
+    return [
+        (str(name), int(count))
+        for name, count in conn.execute(
+            f"SELECT name, count(*) FROM ({rows_sql}) GROUP BY name ORDER BY name"
+        ).fetchall()
+    ]
+
+
 def _waiting_recorded(conn: duckdb.DuckDBPyConnection) -> tuple[int, datetime | None]:
     """Recorded batches without any stored assessment: how many, and the earliest close time among them."""
     count, oldest = conn.execute(
@@ -118,32 +128,21 @@ def read_pipeline_figures(
         totals[1] += int(cached)
         totals[2] += int(completion)
     figures.tokens = [TokenTotals(model, *totals) for model, totals in sorted(tokens.items())]
-    figures.sections_removed = [
-        (str(section), int(count))
-        for section, count in conn.execute(
-            "SELECT section, count(*) FROM (SELECT unnest(sections_removed) AS section FROM budgeted_prompts)"
-            " GROUP BY section ORDER BY section"
-        ).fetchall()
-    ]
+    figures.sections_removed = _counts_by(
+        conn,
+        "SELECT unnest(sections_removed) AS name FROM budgeted_prompts",  # one row per section cut
+    )
     figures.quarantined = int(conn.execute("SELECT count(*) FROM quarantine").fetchone()[0])  # type: ignore[index]
     if _has_column(conn, "detections", "enrichment_cuts"):  # a database not migrated to version 5 has neither
         figures.detections_cut = int(
             conn.execute("SELECT count(*) FROM detections WHERE enrichment_cuts IS NOT NULL").fetchone()[0]  # type: ignore[index]
         )
     if _has_column(conn, "budgeted_prompts", "prompt_degraded"):
-        figures.prompt_degradation = [
-            (str(step), int(count))
-            for step, count in conn.execute(
-                "SELECT step, count(*) FROM (SELECT unnest(prompt_degraded) AS step FROM budgeted_prompts)"
-                " GROUP BY step ORDER BY step"
-            ).fetchall()
-        ]
-    figures.closed_batches = {
-        str(reason): int(count)
-        for reason, count in conn.execute(
-            "SELECT close_reason, count(*) FROM detection_batches GROUP BY close_reason ORDER BY close_reason"
-        ).fetchall()
-    }
+        figures.prompt_degradation = _counts_by(
+            conn,
+            "SELECT unnest(prompt_degraded) AS name FROM budgeted_prompts",  # one row per degradation step
+        )
+    figures.closed_batches = dict(_counts_by(conn, "SELECT close_reason AS name FROM detection_batches"))
     figures.waiting_unassessed, oldest_recorded = _waiting_recorded(conn)
     # Closed windows the sensor has not recorded yet: they wait too, and count as closed.
     pending = pending_closed_batches(conn, rules, now)
