@@ -30,7 +30,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, overload
 
 import duckdb
 import numpy as np
@@ -83,6 +83,25 @@ class FileReport:
     skipped: bool = False  # already ingested with the same size and mtime
 
 
+class _SummedOverFiles:
+    """A read-only IngestReport total: the FileReport count of the same name, summed over the report's files."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, report: None, owner: type) -> _SummedOverFiles: ...
+    @overload
+    def __get__(self, report: IngestReport, owner: type) -> int: ...
+    def __get__(self, report: IngestReport | None, owner: type) -> _SummedOverFiles | int:
+        if report is None:
+            return self
+        return sum(getattr(f, self.name) for f in report.files)
+
+    def __set__(self, report: IngestReport, value: object) -> None:
+        raise AttributeError(f"IngestReport.{self.name} is a total over its files: change the FileReports instead")
+
+
 @dataclass
 class IngestReport:
     """Totals over the files of one call; `elapsed_s` is wall time."""
@@ -90,32 +109,13 @@ class IngestReport:
     files: list[FileReport] = field(default_factory=list)
     elapsed_s: float = 0.0
 
-    def _sum(self, name: str) -> int:
-        return sum(getattr(f, name) for f in self.files)
-
-    @property
-    def lines(self) -> int:
-        return self._sum("lines")
-
-    @property
-    def loaded(self) -> int:
-        return self._sum("loaded")
-
-    @property
-    def duplicates(self) -> int:
-        return self._sum("duplicates")
-
-    @property
-    def quarantined(self) -> int:
-        return self._sum("quarantined")
-
-    @property
-    def blank_lines(self) -> int:
-        return self._sum("blank_lines")
-
-    @property
-    def cut(self) -> int:
-        return self._sum("cut")
+    # each a FileReport count summed over the files
+    lines = _SummedOverFiles()
+    loaded = _SummedOverFiles()
+    duplicates = _SummedOverFiles()
+    quarantined = _SummedOverFiles()
+    blank_lines = _SummedOverFiles()
+    cut = _SummedOverFiles()
 
     @property
     def per_file(self) -> dict[str, FileReport]:
