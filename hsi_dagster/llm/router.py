@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from hsi_dagster.llm.client import ChatResult, LlamaClient
 from hsi_dagster.llm.errors import LlamaServerError, LlamaServerUnavailable
+from hsi_dagster.llm.protocol import ChatOptions
 from hsi_dagster.llm.slots import SLOTS_CHANGED, ServerInfo, SlotLease, SlotLimiter, slot_limiter
 from hsi_dagster.llm.transport import ClosesOnExit
 
@@ -74,6 +75,10 @@ class ServerStats:
     consecutive_failures: int
     retry_in_seconds: float | None
     last_error: str | None
+
+
+# what ServerStats copies from _Server as it stands (the other stats are derived when the snapshot is taken)
+_KEPT_AS_IS = ("url", "requests", "succeeded", "failed", "in_flight", "max_in_flight", "last_error")
 
 
 class _Server:
@@ -345,14 +350,7 @@ class LlamaRouter(ClosesOnExit):
 
     # --- public API ---------------------------------------------------------------------------------------------------
     def chat_json(
-        self,
-        messages: list[dict],
-        schema: dict,
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        seed: int | None = 42,
-        extra: dict | None = None,
+        self, messages: list[dict], schema: dict, *, max_tokens: int, **options: Unpack[ChatOptions]
     ) -> ChatResult:
         """LlamaClient.chat_json on the server with the most free slots; moved to another one if that one fails.
         `ChatResult.server_url` says which server answered."""
@@ -363,13 +361,7 @@ class LlamaRouter(ClosesOnExit):
             ok = False
             try:
                 result = server.client.chat_json(
-                    messages,
-                    schema,
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    seed=seed,
-                    extra=extra,
-                    reserved_lease=lease,
+                    messages, schema, max_tokens=max_tokens, reserved_lease=lease, **options
                 )
                 ok = True
             except LlamaServerUnavailable as exc:
@@ -486,16 +478,9 @@ class LlamaRouter(ClosesOnExit):
                     state = "down"
                 else:
                     state = "up" if self._limiter_if_up(s) else "unknown"
+                retry_in = round(max(0.0, s.down_until - now), 3) if s.down_until is not None else None
+                kept = {name: getattr(s, name) for name in _KEPT_AS_IS}
                 out[s.url] = ServerStats(
-                    url=s.url,
-                    state=state,
-                    requests=s.requests,
-                    succeeded=s.succeeded,
-                    failed=s.failed,
-                    in_flight=s.in_flight,
-                    max_in_flight=s.max_in_flight,
-                    consecutive_failures=s.failures,
-                    retry_in_seconds=round(max(0.0, s.down_until - now), 3) if s.down_until is not None else None,
-                    last_error=s.last_error,
+                    **kept, state=state, consecutive_failures=s.failures, retry_in_seconds=retry_in
                 )
             return out
