@@ -22,10 +22,21 @@ from tests.support.docker_stack import DockerStack, running_stack, write_stack_e
 
 pytestmark = pytest.mark.docker_stack
 
-# The stream of the runs of record (bench/live_bench.py): the activity of 2026-12-03T15:00Z played now, 0.5/s.
-STREAM_ARGS = ("--rate", "0.5", "--seconds", "150", "--seed", "7", "--activity-start", "2026-12-03T15:00:00Z")
-KILL_LLAMA_AFTER_S = 45
-RESTART_DAEMON_AFTER_S = 95
+# The stream of the runs of record (bench/live_bench.py): the activity of 2026-12-03T15:00Z played now, 0.5/s, for
+# 150 s (HSI_DOCKER_STREAM_SECONDS shortens it for a quick look); the faults at 30 % and 63 % of it.
+STREAM_SECONDS = float(os.environ.get("HSI_DOCKER_STREAM_SECONDS") or 150)
+STREAM_ARGS = (
+    "--rate",
+    "0.5",
+    "--seconds",
+    f"{STREAM_SECONDS:g}",
+    "--seed",
+    "7",
+    "--activity-start",
+    "2026-12-03T15:00:00Z",
+)
+KILL_LLAMA_AFTER_S = 0.3 * STREAM_SECONDS
+RESTART_DAEMON_AFTER_S = 0.63 * STREAM_SECONDS
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +120,7 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
         print(
             f"stream: {detections} detections, {len(expected)} windows, last closes in {last_close - time.time():.0f} s"
         )
-        assert len(expected) >= 4
+        assert len(expected) >= 3
 
         stack.wait_all_assessed(expected_ids, timeout=600)
 

@@ -25,6 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,9 +79,14 @@ def write_stack_env(path: Path, **extra: str) -> Path:
         "LLAMA_API_KEY": secrets.token_hex(16),
         "CTX_SIZE": "4096",
         "PARALLEL": "1",
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "192",
-        # Shared CI machines: at nice 5 (PRIO=-1) the servers starve behind other jobs and every run waits on them.
+        "NEMOTRON_MAX_OUTPUT_TOKENS": "128",
+        # Shared CI machines: at nice 5 (PRIO=-1) the servers starve behind other jobs and every run waits on them,
+        # and a completion on a loaded 2-core box outlasts the default 120 s read timeout (then it is cancelled and
+        # retried, again and again: seen here at a load average of 15).
         "PRIO": "0",
+        "LLM_READ_TIMEOUT_SECONDS": "900",
+        # Two servers on two cores: one compute thread each (two threads that meet at every token lose most under load).
+        "THREADS": "1",
         **extra,
     }
     path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
@@ -363,14 +369,19 @@ class DockerStack:
     def wait_all_assessed(self, batch_ids: set[str], timeout: float) -> None:
         """Until every batch has its risk_assessments row and no run is queued or in flight."""
 
+        state: dict[str, Any] = {}
+
         def done() -> bool:
             stored = {row[0] for row in self.duckdb_rows("SELECT batch_id FROM risk_assessments")}
-            in_flight = [
-                run for run in self.runs() if run["status"] in ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")
-            ]
+            statuses = [run["status"] for run in self.runs()]
+            state.update(missing=sorted(batch_ids - stored), runs=dict(Counter(statuses)))
+            in_flight = [status for status in statuses if status in ("QUEUED", "NOT_STARTED", "STARTING", "STARTED")]
             return batch_ids <= stored and not in_flight
 
-        wait_for("every window assessed and no run in flight", done, timeout=timeout, interval=5)
+        try:
+            wait_for("every window assessed and no run in flight", done, timeout=timeout, interval=5)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; not assessed: {state.get('missing')}; runs: {state.get('runs')}") from None
 
     def launch_run(self, job: str) -> str:
         """Submit a run of `job` as the UI's Launch button does (through the queue, the daemon, DockerRunLauncher)."""
@@ -394,14 +405,16 @@ class DockerStack:
         )  # fmt: skip
 
     def copy_inbox(self, into: Path) -> list[Path]:
-        """The stream's files, out of the volume."""
+        """The stream's files, out of the volume (loaded or not)."""
         into.mkdir(parents=True, exist_ok=True)
         container = docker("create", f"--label={LABEL}", "--volume=hsi_duckdb:/data", self.images.dagster).strip()
         try:
             docker("cp", f"{container}:/data/inbox/.", str(into))
         finally:
             docker("rm", "-f", container, check=False)
-        return sorted(path for path in into.glob("*.jsonl") if not path.name.startswith("."))
+        # Loaded files are moved to <inbox>/.processed/ (hsi_dagster/sensors/inbox_archive.py).
+        files = [*into.glob("*.jsonl"), *into.glob(".processed/*.jsonl")]
+        return sorted((path for path in files if not path.name.startswith(".")), key=lambda path: path.name)
 
 
 @contextlib.contextmanager
