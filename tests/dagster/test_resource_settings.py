@@ -78,16 +78,19 @@ def test_a_bad_value_in_run_config_is_refused_by_dagster() -> None:
         )
 
 
+LOAD_TIME_READERS = {"load_settings", "default_status_when"}  # read the whole settings where the definitions load
+
+
 def _calls_load_settings(function: ast.AST) -> bool:
     return any(
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "load_settings"
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in LOAD_TIME_READERS
         for node in ast.walk(function)
     )
 
 
 def _attribute_reads(path: Path) -> set[str]:
     """Attribute names read in the module, except inside functions that read the whole settings themselves
-    (`load_settings()`: a sensor's default status, decided where the code location loads)."""
+    (`load_settings()`, `default_status_when`: a sensor's default status, decided where the code location loads)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skipped = {
         id(node)
