@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 CLOCK_JUMP_TOLERANCE_S = 3600.0  # later stamps than this, stored before the batch arrived: the clock went back
@@ -405,19 +405,20 @@ def history_inputs_to_json(inputs: HistoryInputs) -> dict[str, Any]:
     }
 
 
+class ScenarioBatch(TypedDict):
+    """The batch a scenario's `history` object belongs to, as `history_inputs_from_json` takes it."""
+
+    camera_id: str
+    batch_start: datetime
+    batch_labels: Iterable[str]
+    timezone: str | None
+
+
 def history_facts_from_json(
-    data: Mapping[str, Any],
-    *,
-    camera_id: str,
-    batch_start: datetime,
-    batch_labels: Iterable[str],
-    timezone: str | None,
-    rules: HistoryRules = HistoryRules(),
+    data: Mapping[str, Any], *, rules: HistoryRules = HistoryRules(), **batch: Unpack[ScenarioBatch]
 ) -> HistoryFacts:
     """What the evaluation engine calls for a scenario with `history`: the production rules on the scenario's inputs."""
-    inputs = history_inputs_from_json(
-        data, camera_id=camera_id, batch_start=batch_start, batch_labels=batch_labels, timezone=timezone, rules=rules
-    )
+    inputs = history_inputs_from_json(data, rules=rules, **batch)
     return history_facts(inputs, rules)
 
 
