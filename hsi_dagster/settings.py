@@ -169,7 +169,7 @@ class HsiSettings(BaseSettings):
         description="Served-model tokens per cl100k token, worst case (`hsi llm calibrate`); scales the estimates.",
     )
     ASSESSMENT_SCHEMA: Literal["rubric", "plain"] = Field(
-        "rubric",
+        "plain",
         description="Output schema: rubric = observations and yes/no rubric answers before the score (the model's "
         "score is the rubric's); plain = score first (core/risk.py).",
     )

@@ -66,7 +66,7 @@ DEFAULTS: dict[str, object] = {
     "CAMERA_CONTEXT_PATH": None,
     "PROMPT_SAFETY_MARGIN_TOKENS": 256,
     "PROMPT_TOKEN_RATIO": 1.22,
-    "ASSESSMENT_SCHEMA": "rubric",
+    "ASSESSMENT_SCHEMA": "plain",
     "HISTORY_ENABLED": True,
     "HISTORY_DAYS": 14,
     "HISTORY_MIN_DAYS": 7,

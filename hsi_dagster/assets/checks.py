@@ -6,7 +6,8 @@
 - `stored_assessment_valid` (risk_assessments): the row AS READ BACK: the stored assessment JSON validates against
   the schema llama-server was given (plain or rubric, core/risk.py; checked with jsonschema rather than the
   parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
-  (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) and the
+  (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) with the
+  model's score capped at the top of the band MODEL_RAISE_LEVELS above the floor's level (core/verdict.py), and the
   level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
   and the reason; an invalid output is stored with the reply and the reason.
 - `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
@@ -28,9 +29,9 @@ import dagster as dg
 from jsonschema import Draft202012Validator
 
 from hsi_dagster.core.budget import TokenCounter
-from hsi_dagster.core.risk import PLAIN_JSON_SCHEMA, RISK_LEVELS, RUBRIC_RISK_JSON_SCHEMA, level_for_score
+from hsi_dagster.core.risk import LEVEL_BANDS, PLAIN_JSON_SCHEMA, RISK_LEVELS, RUBRIC_RISK_JSON_SCHEMA, level_for_score
 from hsi_dagster.core.rubric import rubric_score
-from hsi_dagster.core.verdict import FLOOR_ONLY, FLOOR_STANDS_ALONE
+from hsi_dagster.core.verdict import FLOOR_ONLY, FLOOR_STANDS_ALONE, MODEL_RAISE_LEVELS
 
 PROMPT_FITS = "prompt_fits_budget"
 STORED_VALID = "stored_assessment_valid"
@@ -60,15 +61,22 @@ def prompt_fits_budget(
 
 
 def _score_problems(row: Mapping[str, Any], model_score: int | None) -> list[str]:
-    """The stored score against max(model_score, floor_score), the level against the band of the stored score."""
+    """The stored score against max(model_score within its cap, floor_score), the level against the band of the
+    stored score."""
     problems = []
     if row.get("model_score") != model_score:
         problems.append(f"model_score: column {row.get('model_score')!r} but the stored reply gives {model_score!r}")
     floor = row.get("floor_score")
-    expected = max(model_score or 0, floor if isinstance(floor, int) else 0)
+    floor_score = floor if isinstance(floor, int) else 0
+    floor_band = next(index for index, (_, low, high) in enumerate(LEVEL_BANDS) if low <= floor_score <= high)
+    cap = LEVEL_BANDS[min(floor_band + MODEL_RAISE_LEVELS, len(LEVEL_BANDS) - 1)][2]
+    expected = max(min(model_score or 0, cap), floor_score)
     score = row.get("risk_score")
     if score != expected:
-        problems.append(f"risk_score {score!r} is not max(model {model_score!r}, floor {floor!r}) = {expected}")
+        problems.append(
+            f"risk_score {score!r} is not the verdict of model {model_score!r} (capped at {cap}) and floor {floor!r}"
+            f" = {expected}"
+        )
     if isinstance(score, int) and 0 <= score <= 100 and level_for_score(score) != row.get("risk_level"):
         problems.append(f"risk_level {row.get('risk_level')!r} is not the band of score {score}")
     return problems

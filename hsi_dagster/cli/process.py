@@ -10,8 +10,8 @@ transactions, queued by the file lock of storage/db.py.
 Which batches, and when to try again: the batch-window sensor's policy (`core/batch_policy.choose_batches`), with
 no per-tick cap. Attempt state lives in the Dagster instance: every run of a batch's partition that failed since
 its last successful one is an attempt, whoever launched it (this command, the sensor, the UI), read back with
-`instance/run_history.batch_run_history`; each run is tagged `hsi/attempt`. So a batch that failed here waits out the same
-back-off before the next `hsi process` (or the sensor) tries it again, a batch with a run queued or going
+`instance/run_history.batch_run_history`; each run is tagged `hsi/attempt`. So a batch that failed here waits out
+the same back-off before the next `hsi process` (or the sensor) tries it again, a batch with a run queued or going
 elsewhere is left to it, and one that used MAX_ATTEMPTS is given up by both. Runs of a killed `hsi process` are
 marked failed by the next one (`reclaim_orphans`) and so count as attempts too.
 

@@ -2,9 +2,15 @@
 
 Used by the `risk_assessments` asset AND the evaluation engine, so `hsi eval` measures what production stores.
 
-- score = max(model score, floor score); the level is the band of that score (core.risk.level_for_score).
-- `decided_by` is "model" when the model's score stands (it reached or passed the floor), "floor" when the floor
-  raised it, or when there is no usable model output at all.
+- score = max(model score, floor score), capped at the top of the band MODEL_RAISE_LEVELS above the floor's level;
+  the level is the band of that score (core.risk.level_for_score).
+- Why the cap: the evaluation (README "Evaluation") shows the floor alone at 93 % level accuracy on the holdout split
+  and SmolLM2 at 30 %: the small model's score is noise in both directions (8 or 93 for the same scene; 93 for a
+  caption that tries to talk it into a verdict). With MODEL_RAISE_LEVELS = 0 the structured evidence decides the
+  level and the model's score only places the verdict within that level's band, so two near-identical batches get
+  the same level, and camera text cannot push a verdict up a level either. A stronger model (Nemotron) may deserve 1.
+- `decided_by` is "model" when the model's score stands (it reached or passed the floor, within the cap), "floor"
+  when the evidence decided: the floor raised it, the cap held it, or there is no usable model output at all.
 - No usable model output (invalid after the one repair): when the floor alone reaches `FLOOR_STANDS_ALONE` (medium,
   30) the floor's verdict is stored (status `floor_only`) and alerts like any verdict: a household wants the
   masked person at the back door at 3 am on its phone even when the model answered garbage. Below that the batch
@@ -24,6 +30,7 @@ MODEL, FLOOR = "model", "floor"
 OK, FLOOR_ONLY, INVALID_OUTPUT = "ok", "floor_only", "invalid_output"
 FLOOR_STANDS_ALONE = next(low for level, low, _ in LEVEL_BANDS if level == "medium")
 VERDICT_STATUSES = (OK, FLOOR_ONLY)  # statuses whose row carries a verdict (alerts, reports, MQTT read these)
+MODEL_RAISE_LEVELS = 0  # how many levels above the evidence floor's level the model's score may take a verdict
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,21 @@ class Verdict:
         return f"evidence floor {self.floor_score} ({model}): {first}"
 
 
-def final_verdict(model_score: int | None, floor: Floor) -> Verdict:
-    """max(model score, floor): the floor never lowers a verdict; the level derives from the stored score."""
+def model_ceiling(floor: Floor, raise_levels: int = MODEL_RAISE_LEVELS) -> int:
+    """The highest score the model may give: the top of the band `raise_levels` above the floor's level."""
+    levels = [level for level, _, _ in LEVEL_BANDS]
+    top = min(levels.index(level_for_score(floor.score)) + raise_levels, len(levels) - 1)
+    return LEVEL_BANDS[top][2]
+
+
+def final_verdict(model_score: int | None, floor: Floor, raise_levels: int = MODEL_RAISE_LEVELS) -> Verdict:
+    """max(model score, floor), capped `raise_levels` levels above the floor: the floor never lowers a verdict, the
+    model never takes it further than the evidence allows; the level derives from the stored score."""
     if model_score is not None and not (isinstance(model_score, int) and 0 <= model_score <= 100):
         raise ValueError(f"model_score must be an integer 0-100 or None, got {model_score!r}")
-    score = max(model_score or 0, floor.score)
-    decided_by = MODEL if model_score is not None and model_score >= floor.score else FLOOR
+    ceiling = model_ceiling(floor, raise_levels)
+    score = max(min(model_score or 0, ceiling), floor.score)
+    decided_by = MODEL if model_score is not None and floor.score <= model_score <= ceiling else FLOOR
     return Verdict(
         score=score,
         level=level_for_score(score),

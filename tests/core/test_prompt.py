@@ -130,7 +130,7 @@ def test_static_prompt_is_compact(schema):
 
 
 def test_the_default_prompt_is_the_default_schema_and_a_stored_prompt_names_its_schema():
-    assert STATIC_SYSTEM_PROMPT == "".join(static_prompt(DEFAULT_ASSESSMENT_SCHEMA))
+    assert "".join(static_prompt(DEFAULT_ASSESSMENT_SCHEMA)) == STATIC_SYSTEM_PROMPT
     assert HsiSettings.model_fields["ASSESSMENT_SCHEMA"].default == DEFAULT_ASSESSMENT_SCHEMA
     for schema in ("plain", "rubric"):
         instructions, examples = static_prompt(schema)

@@ -7,18 +7,18 @@ import json
 import jsonschema
 import pytest
 
+from hsi_dagster.core.budget import TokenCounter
 from hsi_dagster.core.risk import (
     RISK_JSON_SCHEMA,
     SUMMARY_MAX,
     RiskAssessment,
     assessment_schema,
     cut_repetition,
-    schema_max_chars,
     level_for_score,
     parse_assessment,
     repair_messages,
+    schema_max_chars,
 )
-from hsi_dagster.core.budget import TokenCounter
 from hsi_dagster.core.rubric import RUBRIC_KEYS, rubric_score
 from hsi_dagster.settings import HsiSettings
 
@@ -263,7 +263,9 @@ def test_a_looping_reply_at_every_bound_fits_the_default_output_budget(name):
     longest = json.dumps(_filled(schema), ensure_ascii=False)
     jsonschema.validate(json.loads(longest), schema)
     assert len(longest) <= schema_max_chars(schema)
-    defaults = {key: HsiSettings.model_fields[key].default for key in ("NEMOTRON_MAX_OUTPUT_TOKENS", "PROMPT_TOKEN_RATIO")}
+    defaults = {
+        key: HsiSettings.model_fields[key].default for key in ("NEMOTRON_MAX_OUTPUT_TOKENS", "PROMPT_TOKEN_RATIO")
+    }
     served_tokens = TokenCounter().count(longest) * defaults["PROMPT_TOKEN_RATIO"]
     assert served_tokens < defaults["NEMOTRON_MAX_OUTPUT_TOKENS"], (len(longest), served_tokens)
     # and the parser keeps one occurrence of the loop in each text it stores

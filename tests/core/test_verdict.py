@@ -63,6 +63,29 @@ def test_the_stored_score_is_the_higher_and_the_level_its_band(model, floor, sco
     assert verdict.floor_reasons == floor.reasons
 
 
+@pytest.mark.parametrize(
+    "model, floor, raise_levels, score, level, decided_by",
+    [
+        (93, Floor(70, "high", ("x",), ()), 0, 84, "high", FLOOR),  # the demo's garage pair: 93 and 8 -> both high
+        (8, Floor(70, "high", ("x",), ()), 0, 70, "high", FLOOR),
+        (75, Floor(70, "high", ("x",), ()), 0, 75, "high", MODEL),  # within the evidence's band the model places it
+        (93, QUIET, 0, 29, "low", FLOOR),  # no structured evidence: the model cannot make it an alert
+        (93, QUIET, 1, 59, "medium", FLOOR),  # one level allowed: medium at most
+        (93, LOITER, 1, 84, "high", FLOOR),
+    ],
+)
+def test_the_model_takes_a_verdict_at_most_raise_levels_above_the_evidence(
+    model, floor, raise_levels, score, level, decided_by
+):
+    verdict = final_verdict(model, floor, raise_levels)
+    assert (verdict.score, verdict.level, verdict.decided_by, verdict.model_score) == (
+        score,
+        level,
+        decided_by,
+        model,
+    )
+
+
 def test_no_model_output_is_the_floors_verdict_from_medium_on_and_no_verdict_below():
     assert final_verdict(None, CROWBAR).status == FLOOR_ONLY and final_verdict(None, CROWBAR).score == 90
     assert final_verdict(None, LOITER).status == FLOOR_ONLY

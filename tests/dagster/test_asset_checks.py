@@ -16,11 +16,11 @@ from hsi_dagster.assets.checks import (
     stored_assessment_valid,
 )
 from hsi_dagster.core.assessment import assess, verdict_fields
-from hsi_dagster.core.evidence import Floor
-from hsi_dagster.core.rubric import RUBRIC_KEYS
 from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
 from hsi_dagster.core.enrichment import build_context
+from hsi_dagster.core.evidence import Floor
 from hsi_dagster.core.prompt import build_sections
+from hsi_dagster.core.rubric import RUBRIC_KEYS
 from hsi_dagster.synthetic.batches import synthetic_batch
 
 RATIO = 1.22
@@ -47,11 +47,11 @@ class Reply:
         self.content = content
 
 
-NO_FLOOR = Floor(0, "low", (), ())
+TRIES_DOORS = Floor(60, "high", ("probing: action.label 'trying door handles'",), ())
 WEAPON = Floor(90, "critical", ("weapon: detections.label 'knife' on 2 detections -> 90 critical",), ())
 
 
-def stored_row(reply: dict | str, floor: Floor = NO_FLOOR, schema: str = "plain", **columns) -> dict:
+def stored_row(reply: dict | str, floor: Floor = TRIES_DOORS, schema: str = "plain", **columns) -> dict:
     """A risk_assessments row as it reads back from DuckDB (the JSON columns as text)."""
     content = reply if isinstance(reply, str) else json.dumps(reply)
     fields, _ = verdict_fields(assess([], lambda _: Reply(content), schema), floor)
@@ -88,10 +88,10 @@ def test_stored_assessment_valid_passes_on_a_parsed_reply():
         ({"assessment": json.dumps({**REPLY, "risk_score": 150})}, "150 is greater than the maximum of 100"),
         ({"assessment": json.dumps({**REPLY, "mood": "tense"})}, "Additional properties are not allowed"),
         ({"assessment": '{"risk_score": 72'}, "not JSON"),
-        ({"risk_score": 40}, "risk_score 40 is not max(model 72, floor 0) = 72"),
+        ({"risk_score": 40}, "risk_score 40 is not the verdict of model 72 (capped at 84) and floor 60 = 72"),
         ({"risk_level": "low"}, "risk_level 'low' is not the band of score 72"),
         ({"model_score": 10}, "model_score: column 10 but the stored reply gives 72"),
-        ({"floor_score": 90}, "risk_score 72 is not max(model 72, floor 90) = 90"),
+        ({"floor_score": 90}, "risk_score 72 is not the verdict of model 72 (capped at 100) and floor 90 = 90"),
         ({"summary": None}, "summary: column None"),
         ({"status": "llm_rejected"}, "not a stored assessment"),
     ],
@@ -112,7 +112,7 @@ def test_stored_assessment_valid_passes_on_a_floor_raised_verdict_and_a_rubric_r
     assert raised["risk_score"] == 90 and raised["model_score"] == 72 and raised["decided_by"] == "floor"
     assert stored_assessment_valid(raised).passed
     rubric = {"observations": ["a person at the car"], "rubric": {k: k == "violence" for k in RUBRIC_KEYS}, **REPLY}
-    row = stored_row(rubric, schema="rubric")
+    row = stored_row(rubric, WEAPON, schema="rubric")
     assert row["model_score"] == row["risk_score"] == 90  # the rubric's score, not the model's 72
     assert stored_assessment_valid(row).passed
     assert "model_score: column 72" in stored_assessment_valid({**row, "model_score": 72}).metadata["problems"].value
