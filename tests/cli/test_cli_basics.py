@@ -17,7 +17,20 @@ from hsi_dagster.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 HSI_SCRIPT = Path(sys.executable).parent / "hsi"
-COMMANDS = ("ingest", "batches", "process", "simulate", "llm", "plan", "config", "metrics", "demo", "eval", "frigate")
+COMMANDS = (
+    "ingest",
+    "batches",
+    "process",
+    "simulate",
+    "llm",
+    "plan",
+    "config",
+    "metrics",
+    "demo",
+    "eval",
+    "frigate",
+    "mqtt",
+)
 
 
 @pytest.fixture(autouse=True)
