@@ -24,6 +24,9 @@ def who_decided(row: ReportRow) -> str:
     model = "no model output" if row.model_score is None else f"model {row.model_score}"
     if row.decided_by == "model":
         return f"{model} (floor {row.floor_score or 0})"
+    if row.model_score is not None and row.risk_score is not None and row.model_score > row.risk_score:
+        # the model said more than the evidence allows (core/verdict.py caps it at the floor's level band)
+        return f"evidence cap {row.risk_score} < {model} (floor {row.floor_score or 0}: no rule raises the level)"
     reason = (row.floor_reasons or ["evidence rules"])[0]
     reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
     return f"floor {row.floor_score} > {model}: {reason}"

@@ -74,6 +74,8 @@ class Verdict:
             floor = f"evidence floor {self.floor_score}" if self.floor_score else "no evidence rule fired"
             return f"model {self.model_score} ({floor})"
         model = "no usable model output" if self.model_score is None else f"model said {self.model_score}"
+        if self.model_score is not None and self.model_score > self.score:
+            return f"evidence cap {self.score} ({model}; evidence floor {self.floor_score} allows no higher level)"
         first = self.floor_reasons[0] if self.floor_reasons else "no rule fired"
         return f"evidence floor {self.floor_score} ({model}): {first}"
 

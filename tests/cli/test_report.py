@@ -177,3 +177,17 @@ def test_the_report_says_who_decided_each_verdict(db: Path) -> None:
     assert "garage: 2 batches (0 fast path), 3 detections; 1 high, 1 medium" in report
     assert "1 decided by the evidence alone (no usable model output), 0 invalid output" in report
     assert "evidence floor: decided 2 of 2 verdicts (raised above the model's score)" in report
+
+
+def test_the_report_says_when_the_evidence_capped_the_models_score(db: Path) -> None:
+    """core/verdict.py caps the model's score at the floor's level band: 93 over no evidence is stored as 29."""
+    with connect(db) as conn:
+        save_assessment(
+            conn,
+            {"batch_id": "b_fd2", "camera_id": "front_door", "status": "ok", "risk_score": 29, "risk_level": "low",
+             "summary": "a person in a park", "model_score": 93, "floor_score": 0, "floor_reasons": [],
+             "decided_by": "floor"},
+        )  # fmt: skip
+        report = build_report(conn, ALL_IDS)
+    assert "decided by evidence cap 29 < model 93 (floor 0: no rule raises the level)" in report
+    assert "floor 0 > model 93" not in report

@@ -124,3 +124,10 @@ def test_an_evidence_alert_already_sent_raises_the_batch_floor_and_never_lowers_
     assert "evidence-only alert garage:t1:2948 (critical 90): weapon: knife" in raised.reasons[-1]
     assert raised_by_evidence_alerts(CROWBAR, [{**alert, "risk_score": 70, "risk_level": "high"}]) == CROWBAR
     assert raised_by_evidence_alerts(CROWBAR, []) == CROWBAR
+
+
+def test_the_explanation_says_when_the_evidence_capped_the_model():
+    assert final_verdict(93, QUIET).explanation() == (
+        "evidence cap 29 (model said 93; evidence floor 0 allows no higher level)"
+    )
+    assert final_verdict(8, CROWBAR).explanation().startswith("evidence floor 90 (model said 8): forcing")
