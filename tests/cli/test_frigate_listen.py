@@ -27,7 +27,7 @@ from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.frigate import import_frigate_files
 from hsi_dagster.storage.frigate_config import load_detect_resolutions
 from hsi_dagster.synthetic.frigate import PARKED_MINUTES, frigate_config_yaml, frigate_night, mqtt_lines
-from tests.support.mosquitto import Mosquitto
+from tests.support.mosquitto import Mosquitto, running_broker
 
 pytestmark = pytest.mark.timeout(240)
 SUBSCRIBED = ("frigate/events", "frigate/tracked_object_update")
@@ -35,12 +35,8 @@ SUBSCRIBED = ("frigate/events", "frigate/tracked_object_update")
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    try:
+    with running_broker(tmp_path / "broker") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

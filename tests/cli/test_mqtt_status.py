@@ -13,7 +13,7 @@ import pytest
 
 from hsi_dagster.cli.main import main
 from hsi_dagster.sensors.verdict_publisher import publish_pending
-from tests.support.mosquitto import Mosquitto
+from tests.support.mosquitto import Mosquitto, running_broker
 from tests.support.verdicts import PasswordMosquitto, database, publisher, save_verdict
 
 
@@ -28,10 +28,8 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
+    with running_broker(tmp_path / "broker") as server:
+        yield server
 
 
 def status(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict]:

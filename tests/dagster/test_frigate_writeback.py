@@ -6,11 +6,10 @@ and never blocks a tick or the pipeline."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from hsi_dagster.sensors import frigate_writeback_sensor
 from hsi_dagster.sensors.frigate_writeback import write_back_pending
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.db import connect
+from tests.support.fake_frigate import serve_on_loopback
 from tests.support.mosquitto import free_port
 from tests.support.verdicts import database, save_verdict
 
@@ -75,14 +75,8 @@ def serve(fake: RecordingFrigate) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_on_loopback(Handler) as url:
+        yield url
 
 
 def frigate_batch(db: Path, batch_id: str, camera: str, event_ids: list[str], score: int, summary: str) -> None:

@@ -25,7 +25,7 @@ from hsi_dagster.sensors import verdict_publisher_sensor
 from hsi_dagster.sensors.verdict_publisher import publish_pending
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.db import connect
-from tests.support.mosquitto import Mosquitto, free_port
+from tests.support.mosquitto import Mosquitto, free_port, running_broker
 from tests.support.verdicts import (
     PasswordMosquitto,
     Recorder,
@@ -40,10 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Mosquitto]:
-    server = Mosquitto(tmp_path / "broker")
-    server.start()
-    yield server
-    server.stop()
+    with running_broker(tmp_path / "broker") as server:
+        yield server
 
 
 @pytest.fixture

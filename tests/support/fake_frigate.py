@@ -13,6 +13,20 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 
+@contextmanager
+def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 (a free port) in a thread, for the block; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 class FakeFrigate:
     def __init__(self, events: list[dict[str, Any]], config: dict[str, Any] | None = None) -> None:
         self.events = events
@@ -57,12 +71,5 @@ def serve_frigate(fake: FakeFrigate) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serve_on_loopback(Handler) as url:
+        yield url

@@ -13,6 +13,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 INSTALL_TIMEOUT_SECONDS = 300
@@ -92,3 +94,14 @@ class Mosquitto:
 
     def tail_log(self, chars: int = 2000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+@contextmanager
+def running_broker(folder: Path) -> Iterator[Mosquitto]:
+    """A started broker (its files in `folder`) for the block, stopped after: the tests' `broker` fixtures."""
+    server = Mosquitto(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
