@@ -55,6 +55,11 @@ def default_env_file() -> str:
     return os.environ.get("HSI_ENV_FILE") or DEFAULT_ENV_FILE
 
 
+def _comma_separated(text: str) -> tuple[str, ...]:
+    """The entries of a comma-separated setting, stripped, empty ones dropped."""
+    return tuple(entry.strip() for entry in text.split(",") if entry.strip())
+
+
 class HsiSettings(BaseSettings):
     """Every tunable of the project. Field names are the environment variable names."""
 
@@ -249,18 +254,11 @@ class HsiSettings(BaseSettings):
             raise ValueError(problem)
         return value.strip().strip("/")
 
-    @field_validator(
-        "FRIGATE_URL", "FRIGATE_CONFIG_PATH", "MQTT_USERNAME", "MQTT_PASSWORD", "MQTT_CA_FILE", mode="before"
-    )
-    @classmethod
-    def _frigate_empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
-
     @field_validator("FAST_PATH_LABELS", mode="before")
     @classmethod
     def _split_labels(cls, value: object) -> object:
         if isinstance(value, str):
-            return tuple(label.strip() for label in value.split(",") if label.strip())
+            return _comma_separated(value)
         return value
 
     @field_validator(
@@ -275,7 +273,7 @@ class HsiSettings(BaseSettings):
         """Comma-separated; empty (or only commas) = None, the built-in list (an empty vocabulary would silently
         switch a rule off)."""
         if isinstance(value, str):
-            value = tuple(entry.strip() for entry in value.split(",") if entry.strip())
+            value = _comma_separated(value)
         return value or None
 
     @field_validator("GPU_LAYERS", mode="before")
@@ -300,15 +298,19 @@ class HsiSettings(BaseSettings):
         "OVERRIDE_TENSOR",
         "HSI_SLOT_LEASE_DIR",
         "HSI_PROBE_CACHE_DIR",
+        "THREADS",
+        "N_CPU_MOE",
+        "LLAMA_API_KEY",
+        "FRIGATE_URL",
+        "FRIGATE_CONFIG_PATH",
+        "MQTT_USERNAME",
+        "MQTT_PASSWORD",
+        "MQTT_CA_FILE",
         mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @field_validator("THREADS", "N_CPU_MOE", "LLAMA_API_KEY", mode="before")
-    @classmethod
-    def _empty_number_is_unset(cls, value: object) -> object:
+        """An empty value (`NAME=` in hsi.env) means unset, the default."""
         return None if value == "" else value
 
     @model_validator(mode="after")
