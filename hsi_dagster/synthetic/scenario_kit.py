@@ -1,14 +1,13 @@
-"""The building blocks of the labeled scenarios: actors, scenes and categories (`synthetic/scenarios.py` renders them).
+"""What a labeled scene is made of: actors, the scene, and the seeded draws they share.
 
-A category module (scenarios.py's own, `hard_scenarios.py`, `history_scenarios.py`) only describes what happens:
-who is where, with which per-frame enrichment; `scenarios.generate_scenarios` turns scenes into contract-shaped
-detections with one seeded random generator.
+`scenario_specs.py` builds scenes from the data in `hsi_dagster/data/scenario_specs.toml`; `scenarios.py` renders a
+scene into contract-shaped detections with the same seeded random generator.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,14 +64,3 @@ def resident(rng: random.Random, who: str) -> dict[str, Any]:
 def night(rng: random.Random) -> tuple[float, float]:
     start = rng.choice([23.0, 0.0, 1.0, 2.0, 3.0])
     return (start, start + 1.5)
-
-
-@dataclass(frozen=True)
-class Category:
-    name: str
-    count: int
-    level: str
-    band: tuple[int, int]
-    reason: str
-    build: Callable[[random.Random], Scene]
-    adversarial: bool = False

@@ -10,7 +10,7 @@ import pytest
 from hsi_dagster.core.detections import Rejection, validate_record
 from hsi_dagster.core.enrichment import build_context
 from hsi_dagster.core.risk import LEVEL_BANDS
-from hsi_dagster.synthetic.hard_scenarios import HARD_CATEGORIES
+from hsi_dagster.synthetic.scenario_specs import load_categories
 from hsi_dagster.synthetic.scenarios import (
     SCENARIOS_PATH,
     ScenarioFileError,
@@ -143,5 +143,5 @@ def test_the_hard_cases_of_issue_24_are_in_the_set():
         "package_theft_day",
     ):
         assert needed in categories
-    hard = {category.name for category in HARD_CATEGORIES}
+    hard = {category.name for category in load_categories() if category.group == "hard"}
     assert sum(s.category in hard for s in load_scenarios()) >= 24
