@@ -2,6 +2,7 @@
 
 Run:  .venv/bin/python bench/eval_bench.py [--model FILE.gguf] [--label NAME] [--quality-level full ...]
                                             [--schema plain|rubric ...] [--split tune|holdout]
+                                            [--history off|on|both] [--with-history-only]
                                             [--limit N] [--max-minutes M] [--parallel 1] [--out DIR]
 
 Starts `hsi llm serve`'s embedded server (xllamacpp) on 127.0.0.1 with CTX_SIZE 8192, --threads (2) and --parallel
@@ -53,6 +54,15 @@ def main() -> int:
     parser.add_argument("--quality-level", action="append", default=[], choices=["full", "standard", "minimal"])
     parser.add_argument("--schema", action="append", default=[], choices=["plain", "rubric"])
     parser.add_argument("--split", choices=["tune", "holdout"], help="only this split (default: both)")
+    parser.add_argument(
+        "--history",
+        choices=["off", "on", "both"],
+        default="off",
+        help="history facts and sections from the scenarios' `history` (both: a pass without and one with)",
+    )
+    parser.add_argument(
+        "--with-history-only", action="store_true", help="only the scenarios that carry a `history` (issue 25)"
+    )
     parser.add_argument("--limit", type=int, help="only N scenarios (round-robin over categories)")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="start no scenario after this")
     parser.add_argument("--parallel", type=int, default=1, help="server slots (concurrent calls)")
@@ -79,6 +89,9 @@ def main() -> int:
     settings = load_settings(os.devnull, **server_settings)
     label = endpoint_key(args.label or Path(args.model or model_path(settings.MODEL_PATH)).stem).replace(".", "_")
     scenarios = spread(select_scenarios(load_scenarios(), args.limit, split=args.split))
+    if args.with_history_only:
+        scenarios = [s for s in scenarios if s.history]
+    history = {"off": [False], "on": [True], "both": [False, True]}[args.history]
     levels = args.quality_level or ["full"]
     duckdb = HsiDuckDBResource(database=args.db)
     out = Path(args.out)
@@ -89,10 +102,17 @@ def main() -> int:
     try:
         settings = load_settings(os.devnull, **server_settings, LLAMA_SERVER_URL=server.url)
         llm = LlamaServerResource(urls=[server.url], read_timeout_seconds=900, max_output_tokens=1536)
-        passes = [(level, schema) for level in levels for schema in args.schema or ["plain"]]
-        for level, schema in passes:
-            suffix = ".rubric" if schema == "rubric" else ""
-            configuration = EvalConfiguration(f"{label}.{level}{suffix}", level, endpoint=server.url, schema=schema)
+        passes = [
+            (level, schema, with_history)
+            for level in levels
+            for schema in args.schema or ["plain"]
+            for with_history in history
+        ]
+        for level, schema, with_history in passes:
+            suffix = (".rubric" if schema == "rubric" else "") + (".history" if with_history else "")
+            configuration = EvalConfiguration(
+                f"{label}.{level}{suffix}", level, endpoint=server.url, schema=schema, history=with_history
+            )
             names += [n for n in configuration.stored_names() if n not in names]
 
             def show(result) -> None:
