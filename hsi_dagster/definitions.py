@@ -48,6 +48,7 @@ from hsi_dagster.resources.llm import llama_server_resource
 from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import (
     batch_window_sensor,
+    evidence_watch_sensor,
     frigate_events_sensor,
     frigate_writeback_sensor,
     high_risk_alert_sensor,
@@ -135,6 +136,7 @@ defs = dg.Definitions(
     sensors=[
         batch_window_sensor,
         inbox_sensor,
+        evidence_watch_sensor,
         high_risk_alert_sensor,
         unassessed_fast_path_sensor,
         frigate_events_sensor,

@@ -1,5 +1,6 @@
 """Alert sensors: high or critical verdicts -> alerts; a confident person the LLM could not assess still alerts;
-and `send_evidence_alerts`, the alert before the LLM, which the inbox sensor's tick calls after each load."""
+and the evidence-only pass (`alert_on_evidence`), the alert before the LLM, which inbox_sensor's tick runs after
+each load and evidence_watch_sensor between those ticks (and after each database write when there is no inbox)."""
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -32,13 +33,9 @@ def high_risk_alert_sensor(
     context: dg.SensorEvaluationContext,
     duckdb: HsiDuckDBResource,
     alert_webhook: AlertWebhookResource,
-    pipeline_settings: PipelineSettingsResource,
 ) -> dg.SkipReason:
-    """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical. Also
-    the evidence-only pass (`alert_on_evidence`), for detections that arrive without an inbox (`hsi ingest`,
-    Frigate) when no inbox_sensor tick runs it: within this sensor's interval instead of the inbox tick's ~0.1 s."""
-    if not Path(pipeline_settings.get().HSI_INBOX_DIR).is_dir():
-        alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
+    """For each new risk_assessments materialization: an alert row (and webhook post) when high or critical. (The
+    evidence-only alerts, before any verdict, come from inbox_sensor and evidence_watch_sensor.)"""
     records = context.instance.fetch_materializations(
         RISK_ASSESSMENTS_KEY, limit=200, cursor=context.cursor, ascending=True
     )
@@ -67,19 +64,16 @@ def unassessed_fast_path_sensor(
             alert_webhook.raise_alert(conn, alert)
 
 
-def send_evidence_alerts(
+def claim_evidence_alerts(
     duckdb: HsiDuckDBResource,
     settings: HsiSettings,
     profiles: Mapping[str, CameraProfile],
-    webhook: AlertWebhookResource,
     now: datetime | None = None,
 ) -> list[EvidenceAlert]:
-    """The alert before the LLM (core/evidence_alerts.py): detections ingested in the last minute (any path:
-    inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera + track +
-    cooldown slot and posted at once (the webhook; MQTT reads the table). Claimed before the post, so a pass that
-    runs again sends nothing twice; a claim whose tick died before its post is posted by a later pass. The
-    webhook's per-camera cooldown does not hold these back: the key already allows one per track and cooldown.
-    Returns the alerts posted."""
+    """The alert before the LLM (core/evidence_alerts.py), first half: detections ingested in the last minute (any
+    path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
+    track + cooldown slot, before any post, so a pass that runs again sends nothing twice. Returns what to post:
+    the alerts this call stored, and claims whose tick died before their post."""
     now = now or datetime.now(UTC)
     with duckdb.get_connection() as conn:
         rows, new_ids = evidence_candidates(conn, now - EVIDENCE_INGESTED_WITHIN, now - EVIDENCE_SEEN_WITHIN)
@@ -88,11 +82,51 @@ def send_evidence_alerts(
         )
         claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
         claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)
-    for alert in claimed:  # outside the connection: a slow webhook must not hold the database's write lock
+    return claimed
+
+
+def post_evidence_alerts(
+    duckdb: HsiDuckDBResource, webhook: AlertWebhookResource, claimed: list[EvidenceAlert]
+) -> None:
+    """Second half: post the claimed alerts at once (the webhook; MQTT reads the table) and store each status. The
+    webhook's per-camera cooldown does not hold these back: the key already allows one per track and cooldown."""
+    for alert in claimed:  # outside any connection: a slow webhook must not hold the database's write lock
         status = webhook.post(alert.payload())
         with duckdb.get_connection() as conn:
             set_webhook_status(conn, alert.alert_key, status)
-    return claimed
+
+
+def claim_on_evidence(
+    context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> list[EvidenceAlert]:
+    """`claim_evidence_alerts` from a sensor tick: logged, and never the reason a tick fails (the tick's own work,
+    loading and planning, must go on; the batch's verdict still alerts)."""
+    if not Path(duckdb.database).exists():
+        return []  # nothing ingested yet; do not create the database here
+    try:
+        return claim_evidence_alerts(duckdb, pipeline_settings.get(), pipeline_settings.camera_profiles())
+    except Exception as exc:  # noqa: BLE001 - any failure here is logged, the tick goes on
+        context.log.error(f"evidence-only alerts: {type(exc).__name__}: {exc}")
+        return []
+
+
+def post_claimed(
+    context: dg.SensorEvaluationContext,
+    duckdb: HsiDuckDBResource,
+    webhook: AlertWebhookResource,
+    claimed: list[EvidenceAlert],
+) -> None:
+    """`post_evidence_alerts` from a sensor tick, logged; a failure leaves the claims pending for a later pass."""
+    try:
+        post_evidence_alerts(duckdb, webhook, claimed)
+    except Exception as exc:  # noqa: BLE001 - any failure here is logged, the tick goes on
+        context.log.error(f"evidence-only alerts: {type(exc).__name__}: {exc}")
+        return
+    for alert in claimed:
+        context.log.warning(
+            f"evidence-only alert {alert.alert_key}: {alert.risk_level} {alert.risk_score}: "
+            + (alert.reasons[0] if alert.reasons else "")
+        )
 
 
 def alert_on_evidence(
@@ -101,17 +135,5 @@ def alert_on_evidence(
     pipeline_settings: PipelineSettingsResource,
     webhook: AlertWebhookResource,
 ) -> None:
-    """`send_evidence_alerts` from a sensor tick: logged, and never the reason a tick fails (the tick's own work,
-    loading and planning, must go on; the batch's verdict still alerts)."""
-    if not Path(duckdb.database).exists():
-        return  # nothing ingested yet; do not create the database here
-    try:
-        sent = send_evidence_alerts(duckdb, pipeline_settings.get(), pipeline_settings.camera_profiles(), webhook)
-    except Exception as exc:  # noqa: BLE001 - any failure here is logged, the tick goes on
-        context.log.error(f"evidence-only alerts: {type(exc).__name__}: {exc}")
-        return
-    for alert in sent:
-        context.log.warning(
-            f"evidence-only alert {alert.alert_key}: {alert.risk_level} {alert.risk_score}: "
-            + (alert.reasons[0] if alert.reasons else "")
-        )
+    """The evidence-only pass from a sensor tick: claim, then post (`claim_on_evidence`, `post_claimed`)."""
+    post_claimed(context, duckdb, webhook, claim_on_evidence(context, duckdb, pipeline_settings))

@@ -24,19 +24,24 @@ def watched_version(watch: Sequence[str | os.PathLike[str]]) -> tuple[int | None
     return tuple(versions)
 
 
-def wait_for_change(due: float | None, until: float, watch: Sequence[str | os.PathLike[str]] = ()) -> bool:
+def wait_for_change(
+    due: float | None,
+    until: float,
+    watch: Sequence[str | os.PathLike[str]] = (),
+    seen: tuple[int | None, ...] | None = None,
+) -> bool:
     """Sleep until `due` (a window may close), a change in what is watched (an inbox file, a database write), or
-    `until`. False when `until` came first: the tick should end."""
-    seen = watched_version(watch)
+    `until`. False when `until` came first: the tick should end. `seen`: what was watched when the caller last
+    looked (taken before its listing), so that a change while it worked wakes this wait at once; by default what
+    is watched now."""
+    seen = watched_version(watch) if seen is None else seen
     while True:
         now = time.time()
         if now >= until:
             return False
-        if due is not None and now >= due:
+        if (due is not None and now >= due) or (watch and watched_version(watch) != seen):
             return True
         time.sleep(max(0.0, min(HOLD_POLL_SECONDS, until - now, (due - now) if due is not None else until)))
-        if watch and watched_version(watch) != seen:
-            return True
 
 
 def keep_holding(has_requests: bool, due: float | None, hold_until: float) -> bool:

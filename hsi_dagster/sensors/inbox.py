@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,7 +15,7 @@ from hsi_dagster.assets.ingest import IngestConfig
 from hsi_dagster.jobs import batch_pipeline_job, ingest_job
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.sensors.alerts import alert_on_evidence
-from hsi_dagster.sensors.hold import keep_holding, next_due, wait_for_change
+from hsi_dagster.sensors.hold import keep_holding, next_due, wait_for_change, watched_version
 from hsi_dagster.sensors.inbox_archive import prune_archive, retire
 from hsi_dagster.sensors.window_planning import WindowPlan, partition_requests, plan_windows
 from hsi_dagster.settings import HsiSettings
@@ -27,6 +28,23 @@ INBOX_MAX_FILES_PER_TICK = 500
 INBOX_MAX_BYTES_PER_TICK = 32 * 2**20  # a larger file is ingested by a run of ingest_job instead
 INBOX_MAX_SECONDS_PER_TICK = 20.0  # well under the daemon's 60 s sensor timeout
 INBOX_PRUNE_EVERY_SECONDS = 60.0  # how often a tick looks for archived files past INBOX_RETENTION_HOURS
+INBOX_LOCK_WAIT_SECONDS = 20.0  # an inbox tick waits this long for evidence_watch_sensor's load to end, then skips
+
+# One loader at a time in this process (sensors of one code location evaluate in its code server): inbox_sensor
+# holds it for its whole tick, evidence_watch_sensor takes it without waiting for each of its short loads.
+INBOX_LOADER_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class HelperBounds:
+    """Bounds for a helper that loads the live trickle between inbox ticks (evidence_watch_sensor): files and bytes
+    per tick, seconds per load (an inbox tick waiting for the lock waits about that long at most). A file over
+    `bytes`, or one that fails to load, is left to inbox_sensor (which hands it on to ingest_job or reports it);
+    past the bounds the rest waits for inbox_sensor too."""
+
+    files: int
+    bytes: int
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -94,9 +112,15 @@ class InboxTick:
     plans the windows closed by then; what it loaded and handed on becomes the tick's result."""
 
     def __init__(
-        self, context: dg.SensorEvaluationContext, duckdb: HsiDuckDBResource, settings: HsiSettings, inbox: Path
+        self,
+        context: dg.SensorEvaluationContext,
+        duckdb: HsiDuckDBResource,
+        settings: HsiSettings,
+        inbox: Path,
+        helper: HelperBounds | None = None,
     ) -> None:
         self.context, self.duckdb, self.settings, self.inbox = context, duckdb, settings, inbox
+        self.helper = helper  # None: inbox_sensor's own tick (INBOX_MAX_* bounds, read when used)
         self.started = time.time()
         self.cursor = InboxCursor.from_json(context.cursor)
         self.handled: dict[str, str] = {}
@@ -117,11 +141,18 @@ class InboxTick:
         known = {**self.cursor.files, **self.handled}
         self.handled = {str(f.path): f.version for f in listed if known.get(str(f.path)) == f.version}
         new = [f for f in listed if str(f.path) not in self.handled]
-        budget = INBOX_MAX_BYTES_PER_TICK - self.loaded_bytes
+        max_files, max_bytes = (
+            (self.helper.files, self.helper.bytes)
+            if self.helper
+            else (INBOX_MAX_FILES_PER_TICK, INBOX_MAX_BYTES_PER_TICK)
+        )
+        budget = max_bytes - self.loaded_bytes
         to_load: list[InboxFile] = []
         self.pending, handed_on = [], False
         for f in new:
-            if f.size > INBOX_MAX_BYTES_PER_TICK:
+            if self.helper and f.size > max_bytes:
+                self.handled[str(f.path)] = f.version  # left to inbox_sensor
+            elif f.size > INBOX_MAX_BYTES_PER_TICK:
                 self.ingest_runs.append(
                     dg.RunRequest(
                         job_name=ingest_job.name,
@@ -131,24 +162,28 @@ class InboxTick:
                 )
                 self.handled[str(f.path)] = self.handed_on[str(f.path)] = f.version
                 handed_on = True
-            elif self.loaded_files + len(to_load) < INBOX_MAX_FILES_PER_TICK and f.size <= budget and not self.pending:
+            elif self.loaded_files + len(to_load) < max_files and f.size <= budget and not self.pending:
                 to_load.append(f)
                 budget -= f.size
             else:
                 self.pending.append(f)
         self.handed_on = {path: v for path, v in self.handed_on.items() if self.handled.get(path) == v}
         loaded: list[InboxFile] = []
+        deadline = time.time() + self.helper.seconds if self.helper else self.started + INBOX_MAX_SECONDS_PER_TICK
         if to_load:
             with self.duckdb.get_connection() as conn:
                 for index, f in enumerate(to_load):
-                    if time.time() - self.started > INBOX_MAX_SECONDS_PER_TICK:
+                    if time.time() > deadline:
                         self.pending[:0] = to_load[index:]
                         break
                     try:
                         report = ingest_files(conn, [f.path], settings=self.settings, skip_already_ingested=True)
                     except IngestError as exc:  # unreadable or corrupt: named in the log, not retried until it changes
-                        self.context.log.error(str(exc))
-                        self.failed[str(f.path)] = str(exc)
+                        if self.helper:  # inbox_sensor reports it (once)
+                            self.context.log.info(f"left to inbox_sensor: {exc}")
+                        else:
+                            self.context.log.error(str(exc))
+                            self.failed[str(f.path)] = str(exc)
                     else:
                         self.reports += report.files
                         loaded.append(f)
@@ -202,15 +237,14 @@ class InboxTick:
         except DatabaseNotFound:
             return None
 
-    def result(self, plan: WindowPlan | None) -> dg.SensorResult:
-        if self.pending:
-            self.context.log.info(f"{len(self.pending)} inbox files left for the next tick (bounds per tick)")
+    def events(self, loader: str) -> list[dg.AssetMaterialization]:
+        """The `detections` materialization reporting what this tick loaded (none when it loaded nothing)."""
         events = []
         if self.reports or self.failed:
             events.append(
                 dg.AssetMaterialization(
                     asset_key=DETECTIONS_KEY,
-                    description=f"{len(self.reports)} inbox files loaded by inbox_sensor",
+                    description=f"{len(self.reports)} inbox files loaded by {loader}",
                     metadata={
                         "files": dg.MetadataValue.json([r.source for r in self.reports]),
                         "loaded": sum(r.loaded for r in self.reports),
@@ -223,9 +257,14 @@ class InboxTick:
                     },
                 )
             )
+        return events
+
+    def result(self, plan: WindowPlan | None) -> dg.SensorResult:
+        if self.pending:
+            self.context.log.info(f"{len(self.pending)} inbox files left for the next tick (bounds per tick)")
         return dg.SensorResult(
             run_requests=self.ingest_runs + (plan.requests if plan else []),
-            asset_events=events,
+            asset_events=self.events("inbox_sensor"),
             dynamic_partitions_requests=partition_requests(plan.new_partitions if plan else []),
             cursor=InboxCursor(
                 self.handled,
@@ -254,25 +293,47 @@ def inbox_sensor(
     goes to a run of ingest_job. Each file is loaded once, also after a restart or a tick that died midway:
     `ingested_files` keys on path, size and modification time, and re-loading a file is a no-op. After each load
     (and each write by another path) detections whose evidence alone is high or critical alert at once, before
-    any window closes (sensors/alerts.py `alert_on_evidence`)."""
+    any window closes (sensors/alerts.py `alert_on_evidence`). Between these ticks evidence_watch_sensor loads
+    the files that land (sensors/evidence_watch.py): the tick holds INBOX_LOADER_LOCK, so never both at once."""
     settings = pipeline_settings.get()
     inbox = Path(settings.HSI_INBOX_DIR)
     if not inbox.is_dir():
         return dg.SkipReason(f"no inbox folder at {inbox}")
+    started = time.time()  # the hold counts from here: the next daemon loop is due ~5 s after the tick began
+    if not INBOX_LOADER_LOCK.acquire(timeout=INBOX_LOCK_WAIT_SECONDS):
+        return dg.SkipReason(f"evidence_watch_sensor kept loading for {INBOX_LOCK_WAIT_SECONDS:g} s; next tick")
+    try:
+        return inbox_tick(context, duckdb, pipeline_settings, alert_webhook, settings, inbox, started)
+    finally:
+        INBOX_LOADER_LOCK.release()
+
+
+def inbox_tick(
+    context: dg.SensorEvaluationContext,
+    duckdb: HsiDuckDBResource,
+    pipeline_settings: PipelineSettingsResource,
+    alert_webhook: AlertWebhookResource,
+    settings: HsiSettings,
+    inbox: Path,
+    started: float,
+) -> dg.SensorResult:
+    """inbox_sensor's tick, under INBOX_LOADER_LOCK: load, alert, plan; hold on while nothing is to request."""
     tick = InboxTick(context, duckdb, settings, inbox)
-    tick.load_new_files()
-    alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
-    plan = tick.plan()
-    hold_until = tick.started + settings.SENSOR_HOLD_SECONDS
-    delay = settings.INBOX_WRITE_DELAY_SECONDS
     # New inbox files, and detections written to the database by other paths (`hsi ingest`, Frigate) meanwhile.
     watch: list[str | os.PathLike[str]] = [inbox, *written_files(duckdb.database)]
+    seen = watched_version(watch)  # before the listing: a file landing while this round loads, alerts or plans
+    tick.load_new_files()  # wakes the next wait at once (our own writes cost one more, empty round)
+    alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
+    plan = tick.plan()
+    hold_until = started + settings.SENSOR_HOLD_SECONDS
+    delay = settings.INBOX_WRITE_DELAY_SECONDS
     while not tick.pending:  # also before the database exists: the first file may arrive during the hold
         due = next_due(plan, delay) if plan else None
         if not keep_holding(bool((plan and plan.requests) or tick.ingest_runs), due, hold_until):
             break
-        if not wait_for_change(due, hold_until, watch):
+        if not wait_for_change(due, hold_until, watch, seen):
             break
+        seen = watched_version(watch)
         tick.load_new_files()
         alert_on_evidence(context, duckdb, pipeline_settings, alert_webhook)
         plan = tick.plan()
