@@ -13,42 +13,19 @@ import os
 import statistics
 import subprocess
 import time
-from collections import Counter
 
 import pytest
 
-from tests.support.docker_images import DockerError, StackImages, build_stack_images, docker, engine_problem
-from tests.support.docker_stack import DockerStack, running_stack, write_stack_env
+from tests.support.docker_images import DockerError, docker
+from tests.support.docker_stack import DockerStack, night_stream_args, running_stack, write_stack_env
 
 pytestmark = pytest.mark.docker_stack
 
-# The stream of the runs of record (bench/live_bench.py): the activity of 2026-12-03T15:00Z played now, 0.5/s, for
-# 150 s (HSI_DOCKER_STREAM_SECONDS shortens it for a quick look); the faults at 30 % and 63 % of it.
+# The stream of the runs of record (night_stream_args) for 150 s (HSI_DOCKER_STREAM_SECONDS shortens it for a quick
+# look); the faults at 30 % and 63 % of it.
 STREAM_SECONDS = float(os.environ.get("HSI_DOCKER_STREAM_SECONDS") or 150)
-STREAM_ARGS = (
-    "--rate",
-    "0.5",
-    "--seconds",
-    f"{STREAM_SECONDS:g}",
-    "--seed",
-    "7",
-    "--activity-start",
-    "2026-12-03T15:00:00Z",
-)
 KILL_LLAMA_AFTER_S = 0.3 * STREAM_SECONDS
 RESTART_DAEMON_AFTER_S = 0.63 * STREAM_SECONDS
-
-
-@pytest.fixture(scope="module")
-def images() -> StackImages:
-    problem = engine_problem()
-    if problem:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true and {problem}: .ci/run starts dockerd; see /var/log/dockerd.log")
-        pytest.skip(problem)
-    log = build_stack_images()
-    print(f"image builds (s): {log.seconds}")
-    return StackImages()
 
 
 def run_command(image: str, options: list[str], command: list[str]) -> tuple[int, str]:
@@ -88,18 +65,13 @@ def test_services_refuse_to_start_on_bad_settings_naming_the_setting(images, tmp
     assert code == 3 and "DAGSTER_PG_HOST=postgres: Postgres does not answer" in output, output
 
 
-def batch_runs(stack: DockerStack) -> list[dict]:
-    """The runs of batch windows (the hourly risk_timeline run has a partition too: a day)."""
-    return [run for run in stack.runs() if run["jobName"] == "batch_pipeline"]
-
-
 @pytest.mark.timeout(1500)  # images (cold: minutes), a 150 s stream, the last windows
 def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
     stack = DockerStack(images, write_stack_env(tmp_path / "hsi.env"))
     with running_stack(stack):
         print(f"stack up (s): { {k: round(v, 1) for k, v in stack.timings.items()} }")
         started = time.monotonic()
-        stack.stream(*STREAM_ARGS)
+        stack.stream(*night_stream_args(STREAM_SECONDS))
 
         # One llama-server killed mid-stream: the router must send everything to the other one.
         time.sleep(KILL_LLAMA_AFTER_S)
@@ -125,16 +97,7 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
         stack.wait_all_assessed(expected_ids, timeout=600)
 
         # Every closed window assessed exactly once: one row, one successful run, no row for anything else.
-        rows = stack.duckdb_rows("SELECT batch_id, status, epoch(assessed_at), latency_ms FROM risk_assessments")
-        assert {row[0] for row in rows} == expected_ids
-        statuses = Counter(row[1] for row in rows)
-        print(f"assessment statuses: {dict(statuses)}")
-        assert "llm_rejected" not in statuses
-        stored_detections = stack.duckdb_rows("SELECT count(*) FROM detections")[0][0]
-        assert stored_detections == detections
-        runs = batch_runs(stack)
-        successes = Counter(run["tags"]["dagster/partition"] for run in runs if run["status"] == "SUCCESS")
-        assert set(successes) == expected_ids and set(successes.values()) == {1}, successes
+        rows = stack.assessed_exactly_once(expected_ids, detections)
 
         # Each run in its own container: the launcher's tag and the engine's label agree, one container per run.
         all_runs = stack.runs()

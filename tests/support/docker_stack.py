@@ -45,6 +45,12 @@ CODE_SERVER_COMMAND = ("dagster", "api", "grpc", "-h", "0.0.0.0", "-p", "4000", 
 _T = TypeVar("_T")
 
 
+def night_stream_args(seconds: float) -> tuple[str, ...]:
+    """`hsi simulate --live` arguments of the stream of record (bench/live_bench.py): the activity of
+    2026-12-03T15:00Z played now, 0.5 detections/s on average, for `seconds`."""
+    return ("--rate", "0.5", "--seconds", f"{seconds:g}", "--seed", "7", "--activity-start", "2026-12-03T15:00:00Z")
+
+
 def wait_for(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
     """Poll `check` until it returns something other than None/False; raise TimeoutError naming `what`."""
     deadline = time.monotonic() + timeout
@@ -111,6 +117,11 @@ class DockerStack:
         return ",".join(f"http://{alias}:{LLAMA_PORT}" for alias in self.llama_servers)
 
     @property
+    def services(self) -> tuple[str, ...]:
+        """The services that run all along (not the one-shot init, the simulator or the run containers)."""
+        return ("postgres", *self.llama_servers, "dagster-code", "dagster-webserver", "dagster-daemon")
+
+    @property
     def settings(self) -> dict[str, str]:
         return read_env_file(self.env_file)
 
@@ -145,11 +156,17 @@ class DockerStack:
     def started_at(self, service: str) -> str:
         return docker("inspect", "--format", "{{.State.StartedAt}}", self.name(service)).strip()
 
-    def logs(self, service: str, tail: int = 60) -> str:
-        """The container's last lines, stdout and stderr together."""
+    def restart_count(self, service: str) -> int:
+        """How often the engine restarted the container by its restart policy (not `docker restart`)."""
+        return int(docker("inspect", "--format", "{{.RestartCount}}", self.name(service)).strip())
+
+    def logs(self, service: str, tail: int = 60, since: float | None = None) -> str:
+        """The container's last lines (since an epoch time, when given), stdout and stderr together."""
+        window = ["--since", f"{since:.3f}"] if since is not None else []
         proc = subprocess.run(
-            ["docker", "logs", "--tail", str(tail), self.name(service)], capture_output=True, text=True, timeout=60
-        )
+            ["docker", "logs", "--tail", str(tail), *window, self.name(service)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
         return proc.stdout + proc.stderr
 
     def _wait_healthy(self, service: str, timeout: float) -> None:
@@ -262,6 +279,16 @@ class DockerStack:
     def kill(self, service: str) -> None:
         docker("kill", self.name(service))
 
+    def stop(self, service: str) -> None:
+        """`docker stop`: SIGTERM, then SIGKILL after 20 s; the restart policy leaves a stopped container alone."""
+        docker("stop", "--time", "20", self.name(service), timeout=120)
+
+    def start(self, service: str) -> None:
+        docker("start", self.name(service), timeout=120)
+
+    def wait_healthy(self, service: str, timeout: float) -> None:
+        self._wait_healthy(service, timeout)
+
     def restart(self, service: str) -> None:
         docker("restart", "--time", "20", self.name(service), timeout=120)
 
@@ -301,6 +328,10 @@ class DockerStack:
             run["tags"] = {tag["key"]: tag["value"] for tag in run["tags"]}
         return runs
 
+    def batch_runs(self) -> list[dict[str, Any]]:
+        """The runs of batch windows (the hourly risk_timeline run has a partition too: a day)."""
+        return [run for run in self.runs() if run["jobName"] == "batch_pipeline"]
+
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         data = self.graphql(
             "query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection(afterCursor: null) { events { "
@@ -312,11 +343,20 @@ class DockerStack:
     # ------------------------------------------------------------------------------------------------ engine & data
     def run_containers(self) -> dict[str, str]:
         """run id -> container id, for every container the engine has with DockerRunLauncher's label."""
+        return {run_id: containers[-1] for run_id, containers in self.run_workers().items()}
+
+    def run_workers(self) -> dict[str, list[str]]:
+        """run id -> its containers, oldest first (more than one: the run was resumed in a new container)."""
         ids = docker("ps", "-aq", "--no-trunc", "--filter", "label=dagster/run_id").split()
         if not ids:
             return {}
-        labels = docker("inspect", "--format", '{{.Id}} {{index .Config.Labels "dagster/run_id"}}', *ids)
-        return {run_id: container for container, run_id in (line.split() for line in labels.splitlines())}
+        fields = '{{.Created}} {{.Id}} {{index .Config.Labels "dagster/run_id"}}'
+        workers: dict[str, list[str]] = {}
+        for _, container, run_id in sorted(
+            line.split() for line in docker("inspect", "--format", fields, *ids).splitlines()
+        ):
+            workers.setdefault(run_id, []).append(container)
+        return workers
 
     def in_image(self, *command: str, volumes: tuple[str, ...] = ("hsi_duckdb:/data:ro",), timeout: float = 120) -> str:
         """A one-shot container of the Dagster image on the stack's volumes (no network); returns its stdout."""
@@ -383,6 +423,35 @@ class DockerStack:
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; not assessed: {state.get('missing')}; runs: {state.get('runs')}") from None
 
+    def assessed_exactly_once(self, expected_ids: set[str], detections: int) -> list[list[Any]]:
+        """Check the night's outcome: every detection stored, each closed window one risk_assessments row (none for
+        anything else, none rejected) and exactly one successful batch run. Returns the rows (batch_id, status,
+        assessed_at epoch, latency_ms); raises AssertionError naming what is off."""
+        rows = self.duckdb_rows("SELECT batch_id, status, epoch(assessed_at), latency_ms FROM risk_assessments")
+        stored = Counter(row[0] for row in rows)
+        if set(stored) != expected_ids or set(stored.values()) != {1}:
+            raise AssertionError(
+                f"risk_assessments: missing {sorted(expected_ids - set(stored))}, unexpected "
+                f"{sorted(set(stored) - expected_ids)}, duplicated {sorted(k for k, n in stored.items() if n > 1)}"
+            )
+        statuses = Counter(row[1] for row in rows)
+        print(f"assessment statuses: {dict(statuses)}")
+        if "llm_rejected" in statuses:
+            raise AssertionError(f"windows the LLM's replies were rejected for: {dict(statuses)}")
+        stored_detections = self.duckdb_rows("SELECT count(*) FROM detections")[0][0]
+        if stored_detections != detections:
+            raise AssertionError(f"{stored_detections} detections stored, {detections} streamed")
+        runs = self.batch_runs()
+        successes = Counter(run["tags"]["dagster/partition"] for run in runs if run["status"] == "SUCCESS")
+        if set(successes) != expected_ids or set(successes.values()) != {1}:
+            raise AssertionError(f"successful batch runs per window: {dict(successes)}; expected one each")
+        return rows
+
+    def inbox_waiting(self) -> set[str]:
+        """Files in the inbox not loaded yet (loaded ones move to .processed/), as the code server sees them."""
+        listing = docker("exec", self.name("dagster-code"), "find", "/data/inbox", "-maxdepth", "1", "-name", "*.jsonl")
+        return {Path(line).name for line in listing.split() if not Path(line).name.startswith(".")}
+
     def launch_run(self, job: str) -> str:
         """Submit a run of `job` as the UI's Launch button does (through the queue, the daemon, DockerRunLauncher)."""
         data = self.graphql(
@@ -424,7 +493,7 @@ def running_stack(stack: DockerStack, timeout: float = 300) -> Iterator[DockerSt
         stack.up(timeout)
         yield stack
     except Exception:
-        for service in ("postgres", *stack.llama_servers, "dagster-code", "dagster-webserver", "dagster-daemon"):
+        for service in stack.services:
             with contextlib.suppress(DockerError, OSError):
                 print(f"--- {stack.name(service)}\n{stack.logs(service)}")
         raise
