@@ -8,7 +8,9 @@ it for what only the server knows (slots busy, requests deferred, tokens per sec
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -193,9 +195,14 @@ def serve(db_path: str, rules: BatchRules, *, host: str = DEFAULT_HOST, port: in
     from prometheus_client import start_http_server
 
     server, thread = start_http_server(port, addr=host, registry=duckdb_registry(db_path, rules))
+    # Handlers of our own: a process started by one that ignores SIGTERM (a supervisor, a test runner) inherits
+    # SIG_IGN, and would then outlive its stop (seen in the test suite: still serving 60 s after SIGTERM).
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
     print(f"metrics of {db_path} at http://{host}:{server.server_port}/metrics", flush=True)
     try:
-        while thread.is_alive():
-            thread.join(3600)
+        while thread.is_alive() and not stopping.wait(1.0):
+            pass
     finally:
         server.shutdown()

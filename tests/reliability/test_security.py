@@ -135,7 +135,14 @@ def test_metrics_serve_listens_on_loopback(tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 200
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            proc.kill()
+            signals = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+            raise AssertionError(f"hsi metrics serve outlived SIGTERM by 60 s: {signals}") from None
+    assert proc.returncode == 0  # stopped by its own handler, not killed
 
 
 # ----------------------------------------------------------------------------------------------- the real server
