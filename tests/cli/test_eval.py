@@ -61,6 +61,7 @@ def test_floor_only_needs_no_server_and_reports_each_split(
     assert "--floor-only runs no model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_eval_writes_report_and_charts(
     llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch

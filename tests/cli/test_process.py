@@ -96,6 +96,7 @@ def test_reclaim_marks_a_killed_process_runs_failed_and_frees_their_slots(tmp_pa
         assert claimed == {"daemon-run"}
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_process_assesses_3x_parallel_batches_with_at_most_parallel_in_flight(llama_server, tmp_path):
     parallel = llama_server.settings.PARALLEL

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import duckdb
+import pytest
 from dagster._core.execution.backfill import BulkActionStatus
 from dagster._core.storage.dagster_run import RunsFilter
 from dagster._core.test_utils import create_test_daemon_workspace_context
@@ -90,6 +91,7 @@ def stored(db) -> dict[str, tuple]:
     return {row[0]: row[1:] for row in rows}
 
 
+@pytest.mark.slow
 def test_backfill_reassesses_one_camera_with_another_output_budget(tmp_path, monkeypatch, llama_server):
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -33,6 +33,7 @@ def _resources(db: str, url: str) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_two_configurations_store_figures_kappa_and_report(llama_server: RunningLlama, tmp_path) -> None:
     db = str(tmp_path / "eval.duckdb")

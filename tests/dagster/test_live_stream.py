@@ -42,7 +42,7 @@ SETTINGS = {
 }
 STARTUP_S, SETTLE_S = 240, 180  # for a loaded 2-core machine; waits end when their condition holds
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
 
 def _stored(db: Path) -> dict:

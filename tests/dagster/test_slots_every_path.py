@@ -86,6 +86,7 @@ def _at_llm_step(instance: dg.DagsterInstance, run_id: str) -> bool:
     return any(event.step_key == LLM_STEP for event in starts)
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_slots_hold_across_daemon_cli_materialize_and_hsi_process(tmp_path: Path, llama_server: RunningLlama) -> None:
     parallel = llama_server.settings.PARALLEL

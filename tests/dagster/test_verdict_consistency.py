@@ -21,7 +21,7 @@ from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.pipeline_helpers import detection, resources, sensor_tick
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
 CAPTION = "A person in a dark hoodie with the hood up and a face covering lingers at the garage_door at night"
 ACTIONS = ("loitering near the door", "trying the door handle", "crouching by the door")

@@ -49,6 +49,7 @@ def ledger(db: str) -> dict[str, int]:
     )
 
 
+@pytest.mark.slow
 def test_ninety_regions_are_cut_batched_and_assessed_and_an_oversize_field_quarantined(
     llama_server, tmp_path: Path
 ) -> None:

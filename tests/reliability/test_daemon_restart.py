@@ -38,7 +38,7 @@ from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import connect
 from tests.reliability.stream_ledger import Ledger, ledger, successful_runs_per_partition
 
-pytestmark = [pytest.mark.llm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.llm, pytest.mark.slow, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 STREAM_SECONDS = 30

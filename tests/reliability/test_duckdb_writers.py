@@ -21,7 +21,7 @@ from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.ledger import ledger
 from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
 RUN_PROCESSES = 4
 BATCHES_PER_PROCESS = 1  # four runs at once already queue on the lock file; a second round proves nothing more
 READERS = 2

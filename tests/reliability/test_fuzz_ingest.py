@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -416,6 +417,7 @@ def test_every_mutated_line_is_loaded_or_quarantined_as_the_validator_says(lines
         check_stored(Path(tmp) / "hsi.duckdb", str(path.resolve()), lines, report)
 
 
+@pytest.mark.slow
 def test_100k_fuzzed_lines_nothing_lost_and_fast_path_agrees_with_the_validator(tmp_path: Path) -> None:
     started = time.perf_counter()
     lines = list(bulk_lines(6, BULK_LINES - 1))

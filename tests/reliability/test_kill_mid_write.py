@@ -111,6 +111,7 @@ def _counts(db: str) -> dict[str, int]:
     )
 
 
+@pytest.mark.slow
 def test_kill_9_mid_write_leaves_no_partial_rows_and_the_next_run_repairs(llama_server, tmp_path):
     db = str(tmp_path / "hsi.duckdb")
     good = closed_windows(["gate"], 2, start=hours_ago(2))  # 2 closed batches, 4 detections

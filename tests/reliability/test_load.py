@@ -38,7 +38,7 @@ from tests.reliability.stream_ledger import (
 )
 from tests.support.pipeline_helpers import resources
 
-pytestmark = [pytest.mark.llm, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.llm, pytest.mark.slow, pytest.mark.timeout(300)]
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
 SEED = 15
 CAMERAS = cameras(16)

@@ -25,7 +25,7 @@ from tests.support.instance_home import project_env, project_home, run_hsi
 from tests.support.ledger import ledger
 from tests.support.pipeline_helpers import closed_windows, hours_ago, resources, sensor_tick, step_failure_message
 
-pytestmark = pytest.mark.llm
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
 PIPELINE = [detection_batches, enriched_contexts, budgeted_prompts, risk_assessments]
 FAIL_FAST_SECONDS = 30  # CLI start-up (Dagster import, ~5-10 s on 2 busy cores) + the 3 s refused wait
 

@@ -218,6 +218,7 @@ def _duckdb_text_hits(db: str, needle: str) -> list[str]:
     return hits
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_the_key_never_appears_in_logs_run_records_duckdb_or_ui_config(keyed_llm_serve, tmp_path: Path) -> None:
     """A real `hsi process` with LLAMA_API_KEY against the keyed server: assessed, and the key is nowhere it wrote."""

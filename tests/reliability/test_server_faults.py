@@ -60,6 +60,7 @@ def _fake_llm(fake: FakeLlama, **overrides: float) -> LlamaServerResource:
     return LlamaServerResource(urls=[fake.url], max_output_tokens=256, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.llm
 def test_server_killed_mid_backlog_fails_clearly_and_a_restarted_server_completes_it(tmp_path, instance):
     """Batch 1 is assessed; the server dies; batch 2 (its prep steps run) fails naming the endpoint, nothing stored;
@@ -91,6 +92,7 @@ def test_server_killed_mid_backlog_fails_clearly_and_a_restarted_server_complete
     print(f"\nkilled mid-backlog: {after.row()}")
 
 
+@pytest.mark.slow
 def test_a_server_slower_than_the_read_timeout_fails_naming_it_then_completes(fake_llama, tmp_path, instance):
     db, (batch_id,) = _backlog(tmp_path, 1, instance)
     # the schema probe answers; then every try of every attempt takes longer than the 0.5 s read timeout
@@ -110,6 +112,7 @@ def test_a_server_slower_than_the_read_timeout_fails_naming_it_then_completes(fa
     print(f"\nslower than the read timeout: the failing run took {seconds:.1f} s")
 
 
+@pytest.mark.slow
 def test_503_while_loading_is_waited_for_and_past_the_startup_timeout_fails_naming_it(fake_llama, tmp_path, instance):
     db, batch_ids = _backlog(tmp_path, 2, instance)
     res = {**resources(db), "llm": _fake_llm(fake_llama, startup_timeout_seconds=1.0)}
@@ -137,6 +140,7 @@ def test_503_while_loading_is_waited_for_and_past_the_startup_timeout_fails_nami
     assert after.assessments == 2
 
 
+@pytest.mark.slow
 def test_a_reply_that_is_not_json_fails_naming_the_endpoint_then_completes(fake_llama, tmp_path, instance):
     db, (batch_id,) = _backlog(tmp_path, 1, instance)
     page = b"<html><body>502 Bad Gateway</body></html>"
