@@ -16,8 +16,14 @@ import time
 
 import pytest
 
-from tests.support.docker_images import DockerError, docker
-from tests.support.docker_stack import DockerStack, night_stream_args, running_stack, write_stack_env
+from tests.support.docker_images import docker
+from tests.support.docker_stack import (
+    DockerStack,
+    ServiceFailedToStart,
+    night_stream_args,
+    running_stack,
+    write_stack_env,
+)
 
 pytestmark = pytest.mark.docker_stack
 
@@ -129,10 +135,11 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
 
 
 def test_teardown_of_a_failed_start_leaves_nothing(images, tmp_path):
-    """A stack whose start fails (no Postgres password) still leaves no container, network or volume."""
+    """A stack whose start fails (no Postgres password) fails at once, naming the setting, and still leaves no
+    container, network or volume."""
     env = tmp_path / "hsi.env"
     env.write_text("DAGSTER_PG_USERNAME=dagster\nDAGSTER_PG_DB=dagster\n")
     stack = DockerStack(images, env)
-    with pytest.raises((DockerError, TimeoutError)), running_stack(stack, timeout=60):
+    with pytest.raises(ServiceFailedToStart, match="DAGSTER_PG_PASSWORD"), running_stack(stack, timeout=60):
         pass
     assert stack.leftovers() == {"containers": [], "networks": [], "volumes": []}

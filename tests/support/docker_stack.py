@@ -51,6 +51,10 @@ def night_stream_args(seconds: float) -> tuple[str, ...]:
     return ("--rate", "0.5", "--seconds", f"{seconds:g}", "--seed", "7", "--activity-start", "2026-12-03T15:00:00Z")
 
 
+class ServiceFailedToStart(RuntimeError):
+    """A container exited (or was restarted by its policy) while it was waited for; not retried by `wait_for`."""
+
+
 def wait_for(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
     """Poll `check` until it returns something other than None/False; raise TimeoutError naming `what`."""
     deadline = time.monotonic() + timeout
@@ -145,11 +149,6 @@ class DockerStack:
         ).strip()  # fmt: skip
 
     # ------------------------------------------------------------------------------------------------ state
-    def health(self, service: str) -> str:
-        return docker(
-            "inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{end}}", self.name(service)
-        ).strip()
-
     def running(self, service: str) -> bool:
         return docker("inspect", "--format", "{{.State.Running}}", self.name(service), check=False).strip() == "true"
 
@@ -170,12 +169,19 @@ class DockerStack:
         return proc.stdout + proc.stderr
 
     def _wait_healthy(self, service: str, timeout: float) -> None:
-        def healthy() -> bool:
-            if not self.running(service):
-                raise DockerError(f"{self.name(service)} exited:\n{self.logs(service)}")
-            return self.health(service) == "healthy"
+        """Wait for the health check to pass; fail at once, with the container's log, when it exits or its restart
+        policy restarts it meanwhile (a service that fails at start does not become healthy later)."""
+        name = self.name(service)
+        restarts_at_start = self.restart_count(service)
 
-        wait_for(f"{self.name(service)} healthy", healthy, timeout)
+        def healthy() -> bool:
+            state = "{{.State.Running}} {{.RestartCount}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
+            running, restarts, health = (docker("inspect", "--format", state, name).split() + [""])[:3]
+            if running != "true" or int(restarts) > restarts_at_start:
+                raise ServiceFailedToStart(f"{name} exited during its start:\n{self.logs(service)}")
+            return health == "healthy"
+
+        wait_for(f"{name} healthy", healthy, timeout)
 
     # ------------------------------------------------------------------------------------------------ lifecycle
     def leftovers(self) -> dict[str, list[str]]:
