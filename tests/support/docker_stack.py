@@ -175,8 +175,9 @@ class DockerStack:
         restarts_at_start = self.restart_count(service)
 
         def healthy() -> bool:
-            state = "{{.State.Running}} {{.RestartCount}} {{if .State.Health}}{{.State.Health.Status}}{{end}}"
-            running, restarts, health = (docker("inspect", "--format", state, name).split() + [""])[:3]
+            health_status = "{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}"
+            state = "{{.State.Running}} {{.RestartCount}} " + health_status
+            running, restarts, health = docker("inspect", "--format", state, name).split()
             if running != "true" or int(restarts) > restarts_at_start:
                 raise ServiceFailedToStart(f"{name} exited during its start:\n{self.logs(service)}")
             return health == "healthy"
