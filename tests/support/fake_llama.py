@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from hsi_dagster.llm.slots import reset_server_cache
+
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
 
@@ -109,6 +111,9 @@ class FakeLlama:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        # The client keeps what it learned about a server per URL for the process (llm/slots.py SERVERS): an earlier
+        # server on this reused port (an OpenAI-compatible fake, say) must not decide how this one is spoken to.
+        reset_server_cache(self.url)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-llama", daemon=True
         )
@@ -117,9 +122,11 @@ class FakeLlama:
 
     def stop(self) -> None:
         if self._server is not None:
+            url = self.url
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            reset_server_cache(url)
 
     # --- request handling ---
     def _handle(self, handler: BaseHTTPRequestHandler, method: str) -> None:
