@@ -56,13 +56,14 @@ class ServiceFailedToStart(RuntimeError):
 
 
 def wait_for(what: str, check: Callable[[], _T | None], timeout: float, interval: float = 0.5) -> _T:
-    """Poll `check` until it returns something other than None/False; raise TimeoutError naming `what`."""
+    """Poll `check` until it returns something truthy (an empty list is "not yet"); raise TimeoutError naming
+    `what`."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         try:
             value = check()
-            if value is not None and value is not False:
+            if value:
                 return value
         except (DockerError, OSError, ValueError) as exc:
             last_error = exc
@@ -89,7 +90,7 @@ def write_stack_env(path: Path, **extra: str) -> Path:
         "LLAMA_API_KEY": secrets.token_hex(16),
         "CTX_SIZE": "4096",
         "PARALLEL": "1",
-        "NEMOTRON_MAX_OUTPUT_TOKENS": "128",
+        "NEMOTRON_MAX_OUTPUT_TOKENS": "256",
         # Shared CI machines: at nice 5 (PRIO=-1) the servers starve behind other jobs and every run waits on them,
         # and a completion on a loaded 2-core box outlasts the default 120 s read timeout (then it is cancelled and
         # retried, again and again: seen here at a load average of 15).
