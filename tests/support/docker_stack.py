@@ -452,8 +452,19 @@ class DockerStack:
         runs = self.batch_runs()
         successes = Counter(run["tags"]["dagster/partition"] for run in runs if run["status"] == "SUCCESS")
         if set(successes) != expected_ids or set(successes.values()) != {1}:
-            raise AssertionError(f"successful batch runs per window: {dict(successes)}; expected one each")
+            odd = [run for run in runs if successes[run["tags"]["dagster/partition"]] != 1]
+            raise AssertionError(
+                f"successful batch runs per window: {dict(successes)}; expected one each. The other windows' runs:\n"
+                + "\n".join(self.describe_run(run) for run in odd)
+            )
         return rows
+
+    def describe_run(self, run: dict[str, Any]) -> str:
+        """A run's window, status and its last event messages: what a failed test needs to say why."""
+        messages = [event.get("message", "") for event in self.run_events(run["runId"])][-6:]
+        return f"{run['runId'][:8]} {run['tags'].get('dagster/partition')} {run['status']}:\n  " + "\n  ".join(
+            message[:300] for message in messages if message
+        )
 
     def inbox_waiting(self) -> set[str]:
         """Files in the inbox not loaded yet (loaded ones move to .processed/), as the code server sees them."""
