@@ -83,6 +83,11 @@ def test_instance_has_the_docker_launcher_queue_and_pools(sqlite_home):
         assert concurrency.pool_config.default_pool_limit == 1
         assert concurrency.pool_config.pool_granularity.value == "run"
         assert concurrency.run_queue_config.max_concurrent_runs == 4
+        # A run that dies with its container is resumed; one recorded as failed for a fault is executed again at once
+        # (both seen in the Docker stack's night through a Postgres outage: tests/deploy/test_docker_stack.py).
+        assert instance.run_monitoring_max_resume_run_attempts == 3
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 1
+        assert instance.run_retries_retry_on_asset_or_op_failure  # an outage can fail a step (its event write) too
 
 
 def test_the_documented_llama_slots_step_sets_the_pool(sqlite_home):

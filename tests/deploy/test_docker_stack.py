@@ -192,22 +192,38 @@ def test_the_stack_judges_a_live_night_through_faults(images, tmp_path):
 
         # Every closed window assessed exactly once: one row, one successful run, no row for anything else.
         rows = stack.assessed_exactly_once(expected_ids, detections)
-        # Every batch run Dagster has succeeded: none failed for a fault, none hangs.
+        # Every batch run succeeded, or failed for a fault and was executed again by Dagster (run_retries in
+        # deploy/dagster.yaml) with success: none is left failed, none hangs. A failed run says which fault it met.
         runs = stack.batch_runs()
-        unsuccessful = [(run["runId"][:8], run["status"], run["tags"].get("dagster/partition")) for run in runs
-                        if run["status"] != "SUCCESS"]  # fmt: skip
-        assert not unsuccessful, unsuccessful
+        succeeded_roots = {
+            run["tags"].get("dagster/root_run_id", run["runId"]) for run in runs if run["status"] == "SUCCESS"
+        }
+        retried = []
+        for run in runs:
+            if run["status"] == "SUCCESS":
+                continue
+            daemon = [
+                line[:300] for line in stack.logs("dagster-daemon", tail=20000).splitlines() if run["runId"] in line
+            ]
+            print(stack.describe_run(run) + "\n  daemon:\n  " + "\n  ".join(daemon[-8:]))
+            if run["status"] == "FAILURE" and run["tags"].get("dagster/root_run_id", run["runId"]) in succeeded_roots:
+                retried.append(run["runId"])
+        left_failed = [
+            stack.describe_run(run) for run in runs if run["status"] != "SUCCESS" and run["runId"] not in retried
+        ]
+        assert not left_failed, left_failed
         assert {run["tags"]["dagster/partition"] for run in runs} == expected_ids
 
         # Each run in its own container: the launcher's tag and the engine's label agree, one container per run (a
         # run whose container died with Postgres gone is resumed in a new one: run_monitoring's
-        # max_resume_run_attempts in deploy/dagster.yaml; the tag then names the new container).
-        all_runs = stack.runs()
-        engine = stack.run_containers()
-        tagged = {run["runId"]: run["tags"].get("docker/container_id") for run in all_runs}
-        assert all(tagged.values()), [run_id for run_id, container in tagged.items() if not container]
-        assert tagged == engine
-        assert len(set(engine.values())) == len(all_runs)
+        # max_resume_run_attempts in deploy/dagster.yaml; the tag then names the new container). A run whose launch
+        # met the outage may have failed before its container was tagged (or started): it was retried above.
+        tagged = {run["runId"]: run["tags"].get("docker/container_id") for run in stack.runs()}
+        untagged = {run_id for run_id, container in tagged.items() if not container}
+        assert untagged <= set(retried), untagged
+        engine = {run_id: container for run_id, container in stack.run_containers().items() if run_id not in untagged}
+        assert {run_id: container for run_id, container in tagged.items() if container} == engine
+        assert len(set(engine.values())) == len(engine)
         for run_id, containers in stack.run_workers().items():
             if len(containers) > 1:
                 code = docker("inspect", "--format", "{{.State.ExitCode}}", containers[0]).strip()
