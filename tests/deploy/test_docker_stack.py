@@ -1,7 +1,7 @@
 """The production stack, run for real on a Docker engine: the images of docker-compose.prod.yml built from their
 Dockerfiles (local bases, tests/support/docker_images.py), the same deploy/dagster.yaml (Postgres storage, the 0.5 s
 run queue, DockerRunLauncher), two CPU llama-servers behind the router, a live simulated night streamed into the
-inbox on the volume and three faults while it streams: Postgres stopped for a minute, the daemon restarted, a
+inbox on the volume and three faults while it streams: Postgres stopped for 30 s, the daemon restarted, a
 llama-server killed (tests/support/docker_stack.py; docs/DEPLOY.md has the figures).
 
 The outage is `docker stop` of the Postgres container, not `docker pause`: a stop is what a crash, an OOM kill, an
@@ -11,7 +11,7 @@ container keeps its TCP connections and its name (the kernel still accepts conne
 and carry on where they were when it resumes, which tests a slow database, not a lost one.
 
 The faults share one night (one stack, one stream) because the LLM is what a night costs here: two one-thread
-SmolLM2 servers take some 26 s per window, and a night per fault was most of .ci/run's time.
+SmolLM2 servers take 26 s to 80 s per window, and a night per fault was most of .ci/run's time.
 
 Skipped only when no engine answers and not in CI (CI=true: an absent engine is a failure). .ci/run installs
 docker.io and starts dockerd. Takes minutes: the `docker_stack` tier.
