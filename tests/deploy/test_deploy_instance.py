@@ -87,7 +87,7 @@ def test_instance_has_the_docker_launcher_queue_and_pools(sqlite_home):
         # (both seen in the Docker stack's night through a Postgres outage: tests/deploy/test_docker_stack.py).
         assert instance.run_monitoring_max_resume_run_attempts == 3
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 1
-        assert instance.run_retries_retry_on_asset_or_op_failure  # an outage can fail a step (its event write) too
+        assert instance.run_retries_retry_on_asset_or_op_failure  # a fault met inside a step is retried as well
 
 
 def test_the_documented_llama_slots_step_sets_the_pool(sqlite_home):

@@ -460,10 +460,12 @@ class DockerStack:
         return rows
 
     def describe_run(self, run: dict[str, Any]) -> str:
-        """A run's window, status and its last event messages: what a failed test needs to say why."""
+        """A run's window, status, its last event messages and the daemon's last lines about it: what a failed test
+        needs to say why."""
         messages = [event.get("message", "") for event in self.run_events(run["runId"])][-6:]
+        daemon = [line for line in self.logs("dagster-daemon", tail=20000).splitlines() if run["runId"] in line][-8:]
         return f"{run['runId'][:8]} {run['tags'].get('dagster/partition')} {run['status']}:\n  " + "\n  ".join(
-            message[:300] for message in messages if message
+            line[:300] for line in [*messages, "daemon:", *daemon] if line
         )
 
     def inbox_waiting(self) -> set[str]:
