@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 import dagster as dg  # noqa: E402
 
-from hsi_dagster.core.batching import BatchRules  # noqa: E402
+from hsi_dagster.core.intake.batching import BatchRules  # noqa: E402
 from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402
 from hsi_dagster.storage.db import connect  # noqa: E402
 

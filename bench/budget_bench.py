@@ -21,9 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hsi_dagster.core.budget import FULL_REMOVAL_ORDER, TokenCounter, fit_to_budget, load_encoding  # noqa: E402
-from hsi_dagster.core.enrichment import build_context  # noqa: E402
-from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections, render_messages  # noqa: E402
+from hsi_dagster.core.context.enrichment import build_context  # noqa: E402
+from hsi_dagster.core.prompt.budget import FULL_REMOVAL_ORDER, fit_to_budget  # noqa: E402
+from hsi_dagster.core.prompt.messages import STATIC_SYSTEM_PROMPT, build_sections, render_messages  # noqa: E402
+from hsi_dagster.core.prompt.tokens import TokenCounter, load_encoding  # noqa: E402
 from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, load_camera_profiles  # noqa: E402
 from hsi_dagster.synthetic.batches import synthetic_batch  # noqa: E402
 

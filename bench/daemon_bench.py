@@ -111,7 +111,7 @@ class Lane:
 def batches_of(records: list[dict], scratch_db: str) -> list[tuple[str, list[str]]]:
     """The closed batches of the records in chronological order, each with its detections as JSON lines (ingesting
     them in this order gives every lane the same batches, none of them late)."""
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.settings import load_settings
     from hsi_dagster.storage.batches import pending_closed_batches
     from hsi_dagster.storage.db import connect

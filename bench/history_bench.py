@@ -6,9 +6,9 @@ by hour of day), each in a recorded batch (one per camera-minute) with a stored 
 aggregate derived from them (`reconcile_activity`, what the daily camera_baselines asset runs). For `--batches`
 recorded batches of the last day, timed one after another on one connection:
   load      storage.batches.load_batch (the batch's row and detections)
-  history   assets.baselines.batch_history: the baseline, cross-camera and clock queries + core.history rules
-  context   core.enrichment.build_context (full quality)
-  prompt    core.prompt.build_sections + core.budget.fit_to_budget
+  history   assets.baselines.batch_history: the baseline, cross-camera and clock queries + core.context.history rules
+  context   core.context.enrichment.build_context (full quality)
+  prompt    core.prompt.messages.build_sections + core.prompt.budget.fit_to_budget
 Then ingest of `--ingest-lines` new lines with the aggregate maintained vs. with its two calls stubbed out
 (alternating, `--runs` each), and the daily reconcile and prune.
 
@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hsi_dagster.assets.baselines import batch_history  # noqa: E402
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget, preload_tokenizer  # noqa: E402
-from hsi_dagster.core.camera_profiles import parse_camera_profiles  # noqa: E402
-from hsi_dagster.core.enrichment import build_context  # noqa: E402
-from hsi_dagster.core.history import HistoryRules  # noqa: E402
-from hsi_dagster.core.prompt import build_sections  # noqa: E402
+from hsi_dagster.core.context.camera_profiles import parse_camera_profiles  # noqa: E402
+from hsi_dagster.core.context.enrichment import build_context  # noqa: E402
+from hsi_dagster.core.context.history import HistoryRules  # noqa: E402
+from hsi_dagster.core.prompt.budget import fit_to_budget  # noqa: E402
+from hsi_dagster.core.prompt.messages import build_sections  # noqa: E402
+from hsi_dagster.core.prompt.tokens import TokenCounter, preload_tokenizer  # noqa: E402
 from hsi_dagster.storage import ingest  # noqa: E402
 from hsi_dagster.storage.batches import load_batch  # noqa: E402
 from hsi_dagster.storage.db import connect  # noqa: E402

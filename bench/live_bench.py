@@ -17,7 +17,7 @@ all are stopped at the end, also on Ctrl-C or SIGTERM.
   ticks and requests a run per closed window, through the run queue and pools, against the embedded server;
 - lane "cli": each file ingested by this script into the lane's DuckDB file as soon as it appears (the library call
   `hsi ingest` makes), and `hsi process` (a fresh command, its own DAGSTER_HOME) started whenever a window has
-  closed (windows computed from the files with hsi_dagster.core.batching), one at a time, as a cron job would.
+  closed (windows computed from the files with hsi_dagster.core.intake.batching), one at a time, as a cron job would.
 
 Per batch: window closed (closes_at; the stream's timestamps are wall-clock time) -> row stored (assessed_at), LLM
 time (latency_ms) and overhead = the difference minus LLM time (also shown less any wait for a free LLM slot, which
@@ -298,7 +298,7 @@ def read_stream(inbox: Path) -> list[StreamFile]:
 
 
 def refs_of(records: list[dict]):
-    from hsi_dagster.core.batching import DetectionRef
+    from hsi_dagster.core.intake.batching import DetectionRef
 
     return [
         DetectionRef(
@@ -313,7 +313,7 @@ def refs_of(records: list[dict]):
 
 
 def batch_rules():
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.settings import load_settings
 
     return BatchRules.from_settings(load_settings())
@@ -626,7 +626,7 @@ class CliLane(threading.Thread):
                 self.refs.extend(new)
 
     def _closed_not_handed(self) -> list:
-        from hsi_dagster.core.batching import assign_batches, closed_batches
+        from hsi_dagster.core.intake.batching import assign_batches, closed_batches
 
         now = datetime.now(UTC)
         with self.refs_lock:
@@ -1171,7 +1171,7 @@ def run_lane(
     stream_end = time.time()
     files = read_stream(lane.inbox)
     refs = refs_of([r for f in files for r in f.records])
-    from hsi_dagster.core.batching import assign_batches
+    from hsi_dagster.core.intake.batching import assign_batches
 
     expected = assign_batches(refs, batch_rules())
     last_close = max(b.closes_at.timestamp() for b in expected)

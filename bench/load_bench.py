@@ -50,7 +50,7 @@ from proc_stats import descendants, load_average  # bench/ is on sys.path when a
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.reliability.stream_ledger: the accounting shared with the tests
 
-from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches  # noqa: E402
+from hsi_dagster.core.intake.batching import BatchRules, DetectionRef, assign_batches  # noqa: E402
 from hsi_dagster.llm.embedded import EmbeddedServerProcess  # noqa: E402
 from hsi_dagster.settings import HsiSettings  # noqa: E402
 from hsi_dagster.storage.batches import pending_closed_batches  # noqa: E402

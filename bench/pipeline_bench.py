@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA  # noqa: E402
+from hsi_dagster.core.prompt.risk_schema import RISK_JSON_SCHEMA  # noqa: E402
 
 
 def raw_round(url: str, prompts: list[list[dict]], parallel: int, max_tokens: int) -> tuple[float, float]:
@@ -90,7 +90,7 @@ def main() -> int:
         }
     )
     from hsi_dagster.cli.process import process
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
     from hsi_dagster.settings import load_settings
     from hsi_dagster.storage.batches import pending_closed_batches, record_batch

@@ -23,9 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget  # noqa: E402
-from hsi_dagster.core.enrichment import build_context  # noqa: E402
-from hsi_dagster.core.prompt import build_sections  # noqa: E402
+from hsi_dagster.core.context.enrichment import build_context  # noqa: E402
+from hsi_dagster.core.prompt.budget import fit_to_budget  # noqa: E402
+from hsi_dagster.core.prompt.messages import build_sections  # noqa: E402
+from hsi_dagster.core.prompt.tokens import TokenCounter  # noqa: E402
 from hsi_dagster.synthetic.batches import synthetic_batch  # noqa: E402
 
 

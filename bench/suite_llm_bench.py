@@ -54,7 +54,7 @@ def spin(stop) -> None:
 
 
 def main() -> None:
-    from hsi_dagster.core.risk import PLAIN, assessment_schema
+    from hsi_dagster.core.prompt.risk_schema import PLAIN, assessment_schema
     from hsi_dagster.llm.client import LlamaClient
     from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
     from tests.support.llm_fixtures import SERVER_SETTINGS

@@ -24,7 +24,7 @@ from hsi_dagster.assets.evaluation import evaluation
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
-from hsi_dagster.core.budget import preload_tokenizer
+from hsi_dagster.core.prompt.tokens import preload_tokenizer
 from hsi_dagster.jobs import (
     batch_pipeline_job,
     camera_baselines_job,

@@ -11,7 +11,7 @@ from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
-from hsi_dagster.core.history import HistoryRules
+from hsi_dagster.core.context.history import HistoryRules
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_ids_closed_before

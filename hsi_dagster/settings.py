@@ -25,9 +25,9 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 if TYPE_CHECKING:
-    from hsi_dagster.core.camera_profiles import CameraProfile
-    from hsi_dagster.core.detections import Bounds
-    from hsi_dagster.core.evidence import EvidenceRules
+    from hsi_dagster.core.context.camera_profiles import CameraProfile
+    from hsi_dagster.core.intake.detections import Bounds
+    from hsi_dagster.core.verdict.evidence import EvidenceRules
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -176,10 +176,11 @@ class HsiSettings(BaseSettings):
     ASSESSMENT_SCHEMA: Literal["rubric", "plain"] = Field(
         "plain",
         description="Output schema: rubric = observations and yes/no rubric answers before the score (the model's "
-        "score is the rubric's); plain = score first (core/risk.py).",
+        "score is the rubric's); plain = score first (core/prompt/risk_schema.py).",
     )
 
-    # --- history (issue 25; core/history.py): what is usual at this camera and hour, what the other cameras saw ---
+    # --- history (issue 25; core/context/history.py): what is usual at this camera and hour, what the other cameras
+    # saw ---
     HISTORY_ENABLED: bool = Field(True, description="Compute the baseline and cross-camera sections for each batch.")
     HISTORY_DAYS: int = Field(14, ge=1, le=90, description="Local days before a batch's that its baseline counts.")
     HISTORY_MIN_DAYS: int = Field(
@@ -203,7 +204,7 @@ class HsiSettings(BaseSettings):
     ALERT_WEBHOOK_URL: SecretStr | None = None
     ALERT_COOLDOWN_SECONDS: float = Field(600.0, ge=0)
 
-    # --- evidence floor (core/evidence.py): lists are comma-separated; empty = the built-in list ---
+    # --- evidence floor (core/verdict/evidence.py): lists are comma-separated; empty = the built-in list ---
     EVIDENCE_WEAPON_LABELS: Annotated[tuple[str, ...] | None, NoDecode] = None
     EVIDENCE_TOOL_LABELS: Annotated[tuple[str, ...] | None, NoDecode] = None
     EVIDENCE_HOSTILE_ACTIONS: Annotated[tuple[str, ...] | None, NoDecode] = None
@@ -247,7 +248,7 @@ class HsiSettings(BaseSettings):
     @field_validator("MQTT_TOPIC_PREFIX", "MQTT_DISCOVERY_PREFIX")
     @classmethod
     def _publishable_prefix(cls, value: str) -> str:
-        from hsi_dagster.core.mqtt_messages import topic_prefix_problem
+        from hsi_dagster.core.outbound.mqtt_messages import topic_prefix_problem
 
         problem = topic_prefix_problem(value)
         if problem:
@@ -344,7 +345,7 @@ class HsiSettings(BaseSettings):
     @property
     def ingest_bounds(self) -> Bounds:
         """The INGEST_* bounds as the plain value the validator takes (core stays free of settings)."""
-        from hsi_dagster.core.detections import Bounds
+        from hsi_dagster.core.intake.detections import Bounds
 
         return Bounds(
             line_bytes=self.INGEST_MAX_LINE_BYTES,
@@ -359,10 +360,10 @@ class HsiSettings(BaseSettings):
         )
 
     def evidence_rules(self) -> EvidenceRules:
-        """The EVIDENCE_* settings as the floor's rules (unset lists: core/evidence.py's built-in ones)."""
+        """The EVIDENCE_* settings as the floor's rules (unset lists: core/verdict/evidence.py's built-in ones)."""
         from dataclasses import replace
 
-        from hsi_dagster.core.evidence import EvidenceRules
+        from hsi_dagster.core.verdict.evidence import EvidenceRules
 
         built_in = EvidenceRules()
         return replace(
@@ -510,8 +511,8 @@ def dagster_dotenv_settings(directory: str | os.PathLike = ".") -> list[str]:
 
 def load_camera_profiles(path: str | os.PathLike) -> dict[str, CameraProfile]:
     """Read the camera profile file (CAMERA_CONTEXT_PATH, YAML or JSON); CameraProfileError names the file, the
-    camera and the field on bad input. The parsing itself is pure (`core/camera_profiles.py`)."""
-    from hsi_dagster.core.camera_profiles import CameraProfileError, parse_camera_profiles
+    camera and the field on bad input. The parsing itself is pure (`core/context/camera_profiles.py`)."""
+    from hsi_dagster.core.context.camera_profiles import CameraProfileError, parse_camera_profiles
 
     path = Path(path)
     try:

@@ -269,8 +269,19 @@ def file_io_calls(tree: ast.Module) -> list[str]:
 # own name (settings, jobs, ...). Layers, lowest first, as the code has them: a module may import from its own
 # folder and from lower layers only, never up and never sideways (storage and llm know nothing of each other).
 # Every import counts, also one inside a function or under TYPE_CHECKING: it is a dependency all the same.
+# core/ is layered within itself by the batch's way (the README's map): a stage imports only the stages before it;
+# frigate/ (payload readers) sits beside context/, evaluation/ (metrics of verdicts) after outbound/.
+CORE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("core",),  # core/__init__.py
+    ("core.intake",),  # record validation, the fast check, batching, which batches to run
+    ("core.context", "core.frigate"),  # enrichment, history, camera profiles, sections; Frigate's payloads
+    ("core.prompt",),  # the static prompt and sections, tokens, budget, output schemas, rubric
+    ("core.verdict",),  # call and repair, evidence floor, the stored verdict, alerts
+    ("core.outbound",),  # MQTT messages, Frigate write-back, timeline
+    ("core.evaluation",),  # judgment-quality metrics, the report, scenario JSON
+)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("core",),  # pure rules
+    *CORE_LAYERS,  # pure rules
     ("settings",),  # HsiSettings: hsi.env + environment, checked with core's rules
     ("synthetic",),  # seeded data (the config check's calibration batches come from here)
     ("storage", "llm"),  # DuckDB (every SQL statement); llama-server
@@ -295,7 +306,10 @@ def _module_names() -> dict[str, str]:
 
 
 def _group(module: str) -> str:
+    """The layer a module belongs to: its top folder, or `core.<stage>` inside core/."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "core":
+        return f"core.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -438,6 +452,22 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert import_cycles(import_graph()) == []
 
 
+def test_core_is_a_handful_of_stage_folders() -> None:
+    """Every core module sits in a stage folder of CORE_LAYERS, none named like its folder, and no stage holds more
+    than a quarter of core's lines (a stage that outgrows that wants a cut of its own)."""
+    stages = {group.removeprefix("core.") for layer in CORE_LAYERS for group in layer if group != "core"}
+    core = PACKAGE / "core"
+    loose = sorted(p.name for p in core.glob("*.py") if p.name != "__init__.py")
+    assert loose == [], f"modules directly in core/: {loose}"
+    folders = {p.name for p in core.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == stages
+    named_like_folder = sorted(str(p.relative_to(PACKAGE)) for p in core.rglob("*.py") if p.stem == p.parent.name)
+    assert named_like_folder == []
+    lines = {stage: sum(len(p.read_text().splitlines()) for p in (core / stage).rglob("*.py")) for stage in stages}
+    total = sum(lines.values())
+    assert {stage: n for stage, n in lines.items() if n > total / 4} == {}, lines
+
+
 def test_the_checks_find_what_they_look_for() -> None:
     """Each check on a snippet that breaks its rule, so an empty result above means something."""
     assert sql_calls(ast.parse("conn.execute('SELECT 1')\nrel.sql('x')\ncur.executemany('x', [])")) == [
@@ -466,25 +496,26 @@ def test_the_checks_find_what_they_look_for() -> None:
     assert _lines(impure_imports(ast.parse(impure))) == [1, 2, 3, 5]
     io = "open(p)\np.read_text()\nos.replace(a, b)\nos.path.exists(p)\nPath(p).write_bytes(b)\ntext.replace('a', 'b')\n"
     assert _lines(file_io_calls(ast.parse(io))) == [1, 2, 3, 4, 5]
-    modules = {"hsi_dagster.core.a": "core/a.py", "hsi_dagster.storage": "storage/__init__.py"}
+    modules = {"hsi_dagster.core.intake.a": "core/intake/a.py", "hsi_dagster.storage": "storage/__init__.py"}
     modules |= {"hsi_dagster.storage.b": "storage/b.py", "hsi_dagster.llm.c": "llm/c.py"}
-    imports = "from hsi_dagster.storage import b\nfrom ..storage.b import X\nimport hsi_dagster.llm.c.Y\nimport json\n"
-    assert internal_imports("hsi_dagster.core.a", ast.parse(imports), modules) == [
+    imports = "from hsi_dagster.storage import b\nfrom ...storage.b import X\nimport hsi_dagster.llm.c.Y\nimport json\n"
+    assert internal_imports("hsi_dagster.core.intake.a", ast.parse(imports), modules) == [
         (1, "hsi_dagster.storage.b"),
         (2, "hsi_dagster.storage.b"),
         (3, "hsi_dagster.llm.c"),
     ]
     graph = {
-        "hsi_dagster.core.a": [(1, "hsi_dagster.storage.b")],
-        "hsi_dagster.storage.b": [(2, "hsi_dagster.core.a")],
+        "hsi_dagster.core.intake.a": [(1, "hsi_dagster.storage.b"), (5, "hsi_dagster.core.verdict.e")],
+        "hsi_dagster.storage.b": [(2, "hsi_dagster.core.intake.a")],
         "hsi_dagster.llm.c": [(3, "hsi_dagster.storage.b")],
         "hsi_dagster.cli.d": [(4, "hsi_dagster.llm.c")],
     }
     assert layer_violations(graph) == [
-        "hsi_dagster.core.a:1 -> hsi_dagster.storage.b: core imports up from storage",
+        "hsi_dagster.core.intake.a:1 -> hsi_dagster.storage.b: core.intake imports up from storage",
+        "hsi_dagster.core.intake.a:5 -> hsi_dagster.core.verdict.e: core.intake imports up from core.verdict",
         "hsi_dagster.llm.c:3 -> hsi_dagster.storage.b: llm imports sideways from storage",
     ]
-    assert import_cycles(graph) == [["hsi_dagster.core.a", "hsi_dagster.storage.b"]]
+    assert import_cycles(graph) == [["hsi_dagster.core.intake.a", "hsi_dagster.storage.b"]]
     assert dagster_imports(ast.parse("import dagster as dg\nfrom dagster_duckdb import X\nimport dagsterish")) == [
         "line 1: import dagster",
         "line 2: from dagster_duckdb import ...",

@@ -1,5 +1,5 @@
 """`risk_assessments`: the schema-constrained JSON verdict of the LLM for each batch, raised to the evidence floor
-(core/verdict.py), stored with the model's own score, the floor's score and reasons, and its token figures."""
+(core/verdict/final.py), stored with the model's own score, the floor's score and reasons, and its token figures."""
 
 import hashlib
 import json
@@ -16,13 +16,13 @@ from hsi_dagster.assets.checks import (
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.assessment import FLOOR_ONLY, OK, AssessmentOutcome, assess, verdict_fields
-from hsi_dagster.core.enrichment import EnrichedContext
-from hsi_dagster.core.evidence import Floor, evidence_floor
-from hsi_dagster.core.history import HistoryFacts
-from hsi_dagster.core.prompt import schema_of_messages
-from hsi_dagster.core.risk import PLAIN, assessment_schema
-from hsi_dagster.core.verdict import Verdict, raised_by_evidence_alerts
+from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.prompt.messages import schema_of_messages
+from hsi_dagster.core.prompt.risk_schema import PLAIN, assessment_schema
+from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome, assess, verdict_fields
+from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
+from hsi_dagster.core.verdict.final import Verdict, raised_by_evidence_alerts
 from hsi_dagster.llm.client import (
     ChatResult,
     LlamaRequestRejected,
@@ -44,7 +44,7 @@ LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXP
 def assess_on_server(
     llm: LlamaServerResource, messages: list[dict], max_tokens: int, schema: str = PLAIN
 ) -> AssessmentOutcome[ChatResult]:
-    """The call-and-repair loop (core/assessment.py) with llama-server's schema-constrained chat as the call
+    """The call-and-repair loop (core/verdict/assessment.py) with llama-server's schema-constrained chat as the call
     (temperature 0 and a fixed seed: the same batch judged twice gets the same answer)."""
     json_schema = assessment_schema(schema)
     return assess(messages, lambda chat: llm.chat_json(chat, json_schema, max_tokens=max_tokens), schema)

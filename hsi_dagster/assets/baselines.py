@@ -15,8 +15,8 @@ from typing import Any
 import dagster as dg
 import duckdb
 
-from hsi_dagster.core.camera_profiles import CameraProfile
-from hsi_dagster.core.history import (
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.history import (
     HistoryFacts,
     HistoryRules,
     approach_relations,

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from hsi_dagster.assets.ingest import detections
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import record_batch

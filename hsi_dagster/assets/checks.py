@@ -4,11 +4,11 @@
   scaled by the token ratio, fit the stored budget. The budgeting counted section by section and stopped cutting
   when its running sum fitted; this recount does not use that sum, so an undercount or a mangled row fails it.
 - `stored_assessment_valid` (risk_assessments): the row AS READ BACK: the stored assessment JSON validates against
-  the schema llama-server was given (plain or rubric, core/risk.py; checked with jsonschema rather than the
-  parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
+  the schema llama-server was given (plain or rubric, core/prompt/risk_schema.py; checked with jsonschema rather than
+  the parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
   (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) with the
-  model's score capped at the top of the band MODEL_RAISE_LEVELS above the floor's level (core/verdict.py), and the
-  level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
+  model's score capped at the top of the band MODEL_RAISE_LEVELS above the floor's level (core/verdict/final.py), and
+  the level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
   and the reason; an invalid output is stored with the reply and the reason.
 - `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
   band of its own number. The stored level is always derived from the stored score, so only the model's level can
@@ -28,10 +28,16 @@ from typing import Any
 import dagster as dg
 from jsonschema import Draft202012Validator
 
-from hsi_dagster.core.budget import TokenCounter
-from hsi_dagster.core.risk import LEVEL_BANDS, PLAIN_JSON_SCHEMA, RISK_LEVELS, RUBRIC_RISK_JSON_SCHEMA, level_for_score
-from hsi_dagster.core.rubric import rubric_score
-from hsi_dagster.core.verdict import FLOOR_ONLY, FLOOR_STANDS_ALONE, MODEL_RAISE_LEVELS
+from hsi_dagster.core.prompt.risk_schema import (
+    LEVEL_BANDS,
+    PLAIN_JSON_SCHEMA,
+    RISK_LEVELS,
+    RUBRIC_RISK_JSON_SCHEMA,
+    level_for_score,
+)
+from hsi_dagster.core.prompt.rubric import rubric_score
+from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.verdict.final import FLOOR_ONLY, FLOOR_STANDS_ALONE, MODEL_RAISE_LEVELS
 
 PROMPT_FITS = "prompt_fits_budget"
 STORED_VALID = "stored_assessment_valid"

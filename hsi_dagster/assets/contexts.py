@@ -6,9 +6,9 @@ import dagster as dg
 
 from hsi_dagster.assets.baselines import batch_history, camera_baselines, history_metadata
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.history import HistoryRules
-from hsi_dagster.core.sections import QUALITY_LEVEL_TYPES
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.context.history import HistoryRules
+from hsi_dagster.core.context.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import load_batch

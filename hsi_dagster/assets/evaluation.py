@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from hsi_dagster.core.evaluation import ScenarioResult
+from hsi_dagster.core.evaluation.metrics import ScenarioResult
 from hsi_dagster.evaluation.configurations import EvalConfiguration, default_configurations
 from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL

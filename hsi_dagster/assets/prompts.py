@@ -7,11 +7,12 @@ import dagster as dg
 from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.alerts import PROMPT_TOO_LARGE
-from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
-from hsi_dagster.core.camera_profiles import camera_profile_text
-from hsi_dagster.core.enrichment import EnrichedContext
-from hsi_dagster.core.prompt import build_sections, static_prompt
+from hsi_dagster.core.context.camera_profiles import camera_profile_text
+from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
+from hsi_dagster.core.prompt.messages import build_sections, static_prompt
+from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.verdict.alerts import PROMPT_TOO_LARGE
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_camera_id
@@ -51,8 +52,9 @@ def budgeted_prompts(
     pipeline_settings: PipelineSettingsResource,
 ) -> dg.MaterializeResult:
     """Static instructions first (byte-identical, so the server's prompt cache reuses them), then the batch's sections;
-    over budget, whole sections go in a fixed order, then the prompt degrades in a fixed order (core/budget.py). A
-    batch whose floor does not fit is recorded as `prompt_too_large` (the run-failure sensor alerts) and not retried."""
+    over budget, whole sections go in a fixed order, then the prompt degrades in a fixed order (core/prompt/budget.py).
+    A batch whose floor does not fit is recorded as `prompt_too_large` (the run-failure sensor alerts) and not
+    retried."""
     settings = pipeline_settings.get()
     max_output_tokens = config.output_tokens(settings)
     with duckdb.get_connection() as conn:

@@ -5,7 +5,7 @@ import base64
 import dagster as dg
 
 from hsi_dagster.assets.assessments import risk_assessments
-from hsi_dagster.core.timeline import daily_summary_markdown, render_timeline_png
+from hsi_dagster.core.outbound.timeline import daily_summary_markdown, render_timeline_png
 from hsi_dagster.partitions import daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.storage.db import DatabaseNotFound

@@ -77,7 +77,7 @@ def chart_file_name(key: str) -> str:
 
 def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.cli.errors import UsageError
-    from hsi_dagster.core.evaluation import ScenarioResult
+    from hsi_dagster.core.evaluation.metrics import ScenarioResult
     from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations
     from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
     from hsi_dagster.llm.errors import LlamaServerError

@@ -57,7 +57,7 @@ def register_closed_batches(settings, as_of: datetime) -> int:
     """Add the batches closed as of `as_of` as dynamic partitions, so `dagster asset materialize --partition` and
     the UI find them right after ingest, not only once the sensor or `hsi process` ran. Returns how many were new."""
     from hsi_dagster.cli.instance import get_instance
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
     from hsi_dagster.storage.batches import pending_closed_batches
     from hsi_dagster.storage.db import connect
@@ -74,7 +74,7 @@ def register_closed_batches(settings, as_of: datetime) -> int:
 
 
 def cmd_batches(args: argparse.Namespace) -> int:
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.storage.batches import list_batches
     from hsi_dagster.storage.db import connect
 
@@ -176,7 +176,7 @@ def cmd_llm_serve(args: argparse.Namespace) -> int:
 
 def cmd_llm_calibrate(args: argparse.Namespace) -> int:
     """cl100k estimates vs the served model's exact counts (/apply-template + /tokenize) over generated prompts."""
-    from hsi_dagster.core.budget import TokenCounter
+    from hsi_dagster.core.prompt.tokens import TokenCounter
     from hsi_dagster.llm.calibration import RATIO_HEADROOM, calibrate
     from hsi_dagster.llm.client import LlamaClient
     from hsi_dagster.synthetic.batches import calibration_prompts
@@ -211,7 +211,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_metrics_serve(args: argparse.Namespace) -> int:
     from hsi_dagster.cli.metrics import serve
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
 
     settings = _settings(args)
     serve(settings.HSI_DUCKDB_PATH, BatchRules.from_settings(settings), host=args.host, port=args.port)

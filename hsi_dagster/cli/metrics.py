@@ -20,7 +20,7 @@ import duckdb
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.metrics import (
@@ -103,7 +103,7 @@ def metric_families(figures: PipelineFigures, now: datetime) -> list[Metric]:
     )
     degraded = CounterMetricFamily(
         "hsi_prompt_degradation_steps",
-        "Prompts degraded past the section removals to fit their slot, by step (core/budget.py DEGRADATION_ORDER)",
+        "Prompts degraded past the section removals to fit their slot, by step (budget.py DEGRADATION_ORDER)",
         labels=["step"],
     )
     for step, count in figures.prompt_degradation:

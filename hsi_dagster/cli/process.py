@@ -34,8 +34,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from hsi_dagster.cli.instance import get_instance
-from hsi_dagster.core.batch_policy import BatchChoice, Request, candidates_in_order, choose_batches
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batch_policy import BatchChoice, Request, candidates_in_order, choose_batches
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.batches import pending_closed_batches

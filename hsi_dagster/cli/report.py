@@ -1,6 +1,6 @@
 """The readable risk report `hsi demo` prints: per camera, then overall token, latency and cache figures.
 
-Each listed verdict says who decided it: the model's score, or the evidence floor (core/verdict.py) with the first
+Each listed verdict says who decided it: the model's score, or the evidence floor (core/verdict/final.py) with the first
 rule that fired; a `floor_only` batch (no usable model output, the evidence alone a verdict) counts as assessed.
 """
 
@@ -25,7 +25,7 @@ def who_decided(row: ReportRow) -> str:
     if row.decided_by == "model":
         return f"{model} (floor {row.floor_score or 0})"
     if row.model_score is not None and row.risk_score is not None and row.model_score > row.risk_score:
-        # the model said more than the evidence allows (core/verdict.py caps it at the floor's level band)
+        # the model said more than the evidence allows (core/verdict/final.py caps it at the floor's level band)
         return f"evidence cap {row.risk_score} < {model} (floor {row.floor_score or 0}: no rule raises the level)"
     reason = (row.floor_reasons or ["evidence rules"])[0]
     reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyplot is imported)
 
-from hsi_dagster.core.evaluation import INVALID, LEVELS, ConfigurationFigures  # noqa: E402
+from hsi_dagster.core.evaluation.metrics import INVALID, LEVELS, ConfigurationFigures  # noqa: E402
 
 COMPARED = (
     ("schema_valid_rate", "schema-valid"),

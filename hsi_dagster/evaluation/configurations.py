@@ -3,7 +3,7 @@
 One LLM pass (an endpoint, a quality level, an output schema, with or without history) runs the model once per
 scenario and yields THREE stored configurations, because the floor is code:
 - `<pass>`            the model only (its own verdict score, as before the evidence floor existed);
-- `<pass>.with-floor` the model raised to the evidence floor: what production stores (core/verdict.py);
+- `<pass>.with-floor` the model raised to the evidence floor: what production stores (core/verdict/final.py);
 - `floor.<level>[.history]` the evidence floor alone (no model; identical for every pass at that level).
 A floor-only pass (`llm=False`) needs no server at all.
 """
@@ -14,10 +14,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES
+from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
 
-QUALITY_LEVELS: tuple[str, ...] = ("full", "standard", "minimal")  # core.sections.QUALITY_LEVELS, richest first
-SCHEMAS: tuple[str, ...] = ("plain", "rubric")  # core.risk.PLAIN / RUBRIC
+QUALITY_LEVELS: tuple[str, ...] = ("full", "standard", "minimal")  # core.context.sections.QUALITY_LEVELS, richest first
+SCHEMAS: tuple[str, ...] = ("plain", "rubric")  # core.prompt.risk_schema.PLAIN / RUBRIC
 WITH_FLOOR = ".with-floor"
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 

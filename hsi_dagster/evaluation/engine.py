@@ -1,11 +1,12 @@
 """The evaluation engine: the labeled scenarios through production's enrichment, budget, risk and verdict code.
 
-Each scenario goes the production way: `core.enrichment.build_context` at the pass's quality level with the example
-camera profiles the labels were written against (`scenario_profiles`), stored and read back as JSON, the evidence
-floor (`core.evidence.evidence_floor` with the settings' rules and, when the pass uses history and the scenario has
-it, the history facts core/history.py computes from the scenario's inputs), `core.prompt.build_sections`,
-`core.budget.choose_budget` (the live per-slot context) and `fit_to_budget`, then production's call-and-repair
-loop (`core.assessment.assess` with the pass's output schema) and `core.verdict.final_verdict`.
+Each scenario goes the production way: `core.context.enrichment.build_context` at the pass's quality level with the
+example camera profiles the labels were written against (`scenario_profiles`), stored and read back as JSON, the
+evidence floor (`core.verdict.evidence.evidence_floor` with the settings' rules and, when the pass uses history and the
+scenario has it, the history facts core/context/history.py computes from the scenario's inputs),
+`core.prompt.messages.build_sections`, `core.prompt.budget.choose_budget` (the live per-slot context) and
+`fit_to_budget`, then production's call-and-repair loop (`core.verdict.assessment.assess` with the pass's output
+schema) and `core.verdict.final.final_verdict`.
 
 One LLM call (plus its one repair) per scenario gives three results (evaluation/configurations.py): the model alone,
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
@@ -24,17 +25,19 @@ from dataclasses import dataclass, field, replace
 
 import dagster as dg
 
-from hsi_dagster.core.assessment import AssessmentOutcome, assess
-from hsi_dagster.core.budget import PromptTooLarge, TokenCounter, choose_budget, fit_to_budget
-from hsi_dagster.core.camera_profiles import CameraProfile, camera_profile_text
-from hsi_dagster.core.enrichment import EnrichedContext, build_context
-from hsi_dagster.core.evaluation import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
-from hsi_dagster.core.evaluation_report import render_report
-from hsi_dagster.core.evidence import Floor, evidence_floor
-from hsi_dagster.core.history import HistoryFacts, history_facts_from_json
-from hsi_dagster.core.prompt import build_sections, static_prompt
-from hsi_dagster.core.risk import assessment_schema, level_for_score
-from hsi_dagster.core.verdict import final_verdict
+from hsi_dagster.core.context.camera_profiles import CameraProfile, camera_profile_text
+from hsi_dagster.core.context.enrichment import EnrichedContext, build_context
+from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
+from hsi_dagster.core.evaluation.report import render_report
+from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json
+from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
+from hsi_dagster.core.prompt.messages import build_sections, static_prompt
+from hsi_dagster.core.prompt.risk_schema import assessment_schema, level_for_score
+from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.verdict.assessment import AssessmentOutcome, assess
+from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
+from hsi_dagster.core.verdict.final import final_verdict
 from hsi_dagster.evaluation.charts import comparison_png, confusion_png, data_uri
 from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.llm.errors import LlamaRequestRejected
@@ -211,8 +214,8 @@ def run_prepared(
 
 
 def _floored(result: ScenarioResult, model_score: int | None, floor: Floor) -> ScenarioResult:
-    """The stored verdict (core/verdict.py): max(model score, floor); `floor_only` when the model gave nothing usable
-    but the floor alone stands."""
+    """The stored verdict (core/verdict/final.py): max(model score, floor); `floor_only` when the model gave nothing
+    usable but the floor alone stands."""
     verdict = final_verdict(model_score, floor)
     stands = verdict.stands
     return replace(
@@ -344,7 +347,7 @@ def _llm_for(configuration: EvalConfiguration, llm: LlamaServerResource) -> Llam
 DESCRIPTIONS = {
     "model": "the model's own verdict score (no evidence floor)",
     "with-floor": "max(model score, evidence floor): what production stores",
-    "floor": "the evidence floor alone (core/evidence.py), no model",
+    "floor": "the evidence floor alone (core/verdict/evidence.py), no model",
 }
 
 

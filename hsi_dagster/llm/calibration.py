@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsi_dagster.core.budget import TokenCounter
+from hsi_dagster.core.prompt.tokens import TokenCounter
 
 RATIO_HEADROOM = 1.03
 MARGIN_STEP = 32

@@ -80,7 +80,7 @@ PROBE_REGIONS = 8
 
 def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, str], list[Finding]]:
     """Camera id -> profile text the prompt carries (CAMERA_CONTEXT_PATH), or one camera without a profile."""
-    from hsi_dagster.core.camera_profiles import CameraProfileError, camera_profile_text
+    from hsi_dagster.core.context.camera_profiles import CameraProfileError, camera_profile_text
     from hsi_dagster.settings import load_camera_profiles
 
     if settings.CAMERA_CONTEXT_PATH:
@@ -97,13 +97,14 @@ def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, str], list[Finding
 
 
 def _prompt_floor(settings: HsiSettings) -> list[Finding]:
-    """Whether every batch can be assessed with these settings: the prompt's floor (core/budget.py: every section
+    """Whether every batch can be assessed with these settings: the prompt's floor (core/prompt/budget.py: every section
     removed, the rest degraded, the static instructions without their examples) of a representative batch on each
     profiled camera, against the budget CTX_SIZE / PARALLEL - output - margin scaled by PROMPT_TOKEN_RATIO. Over it,
     batches are not assessed and alert; a batch that needs the worked examples dropped loses the cached prefix."""
-    from hsi_dagster.core.budget import WORKED_EXAMPLES, PromptTooLarge, TokenCounter, fit_to_budget, prompt_floor
-    from hsi_dagster.core.enrichment import build_context
-    from hsi_dagster.core.prompt import build_sections
+    from hsi_dagster.core.context.enrichment import build_context
+    from hsi_dagster.core.prompt.budget import WORKED_EXAMPLES, PromptTooLarge, fit_to_budget, prompt_floor
+    from hsi_dagster.core.prompt.messages import build_sections
+    from hsi_dagster.core.prompt.tokens import TokenCounter
     from hsi_dagster.synthetic.batches import synthetic_batch
 
     budget = settings.fallback_prompt_budget
@@ -288,7 +289,8 @@ def _misc(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
 
 
 def _history(settings: HsiSettings) -> list[Finding]:
-    """History baselines (core/history.py) read the hour in each camera's time zone: name the cameras without one."""
+    """History baselines (core/context/history.py) read the hour in each camera's time zone: name the cameras without
+    one."""
     if not settings.HISTORY_ENABLED:
         return []
     findings = []
@@ -303,8 +305,8 @@ def _history(settings: HsiSettings) -> list[Finding]:
         )
     if not settings.CAMERA_CONTEXT_PATH:  # no profiles at all: the prompt says "UTC assumed" per batch
         return findings
-    from hsi_dagster.core.camera_profiles import CameraProfileError
-    from hsi_dagster.core.history import profile_timezone
+    from hsi_dagster.core.context.camera_profiles import CameraProfileError
+    from hsi_dagster.core.context.history import profile_timezone
     from hsi_dagster.settings import load_camera_profiles
 
     try:

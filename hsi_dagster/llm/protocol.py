@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from hsi_dagster.core.text import strip_think
+from hsi_dagster.core.prompt.text import strip_think
 from hsi_dagster.llm.errors import LlamaServerError
 from hsi_dagster.llm.slots import ServerInfo
 

@@ -2,7 +2,7 @@
 
 A webhook that fails never fails the caller (a sensor): the outcome is stored in `alerts.webhook_status`.
 The URL is a secret (ALERT_WEBHOOK_URL, passed as `dg.EnvVar`): it often carries a token, so statuses and logs name
-it by `core.alerts.redacted_url` only (scheme and host).
+it by `core.verdict.alerts.redacted_url` only (scheme and host).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import duckdb
 import httpx
 from pydantic import Field
 
-from hsi_dagster.core.alerts import Alert, redacted_url, webhook_action
+from hsi_dagster.core.verdict.alerts import Alert, redacted_url, webhook_action
 from hsi_dagster.storage.alerts import alert_stored, last_webhook_attempt, save_alert
 
 

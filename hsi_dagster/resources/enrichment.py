@@ -13,7 +13,7 @@ from typing import Any
 
 import dagster as dg
 
-from hsi_dagster.core.enrichment_gateway import EnrichmentResult
+from hsi_dagster.core.context.gateway_protocol import EnrichmentResult
 
 
 class EnrichmentResource(dg.ConfigurableResource, ABC):

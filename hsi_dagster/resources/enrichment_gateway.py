@@ -1,6 +1,6 @@
 """`HttpEnrichmentResource`: a vision gateway over HTTP, with ONE deadline for the whole exchange.
 
-What is sent and how the reply is read and merged is the pure protocol in `core/enrichment_gateway.py`. The
+What is sent and how the reply is read and merged is the pure protocol in `core/context/gateway_protocol.py`. The
 deadline (`timeout_seconds`, ENRICHMENT_TIMEOUT_SECONDS = 30 s) is enforced by waiting on a worker thread, not only
 by httpx's per-read timeouts, which a server trickling bytes could outlast. When the deadline passes or the gateway
 fails (connection refused, 5xx, bad JSON), the batch goes on with what is ready: the payloads already in the
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from hsi_dagster.core.enrichment_gateway import (
+from hsi_dagster.core.context.gateway_protocol import (
     ENRICH_PATH,
     EnrichmentResult,
     GatewayReplyError,

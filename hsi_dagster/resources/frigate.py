@@ -103,7 +103,8 @@ class FrigateResource(dg.ConfigurableResource):
             cursor, limit = head[-1][0], self.page_size
         return items
 
-    # --- the verdict written back (core/frigate_writeback.py says which Frigate versions have which endpoint) ---
+    # --- the verdict written back (core/outbound/frigate_writeback.py says which Frigate versions have which endpoint)
+    # ---
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         endpoint = f"{self.base_url}{path}"
         try:

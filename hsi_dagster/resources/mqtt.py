@@ -19,7 +19,7 @@ from typing import Any
 
 import dagster as dg
 
-from hsi_dagster.core.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
+from hsi_dagster.core.outbound.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
 from hsi_dagster.settings import HsiSettings
 
 WILL_DELAY_SECONDS = 120  # the entities turn unavailable this long after the last tick (ticks every 15 s)

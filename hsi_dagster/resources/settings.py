@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
-from hsi_dagster.core.camera_profiles import CameraProfile
+from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.settings import HsiSettings, load_camera_profiles
 
 # Settings that belong to other resources or to processes outside the pipeline's steps and sensors: the llama-server

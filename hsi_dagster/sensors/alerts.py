@@ -8,8 +8,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from hsi_dagster.core.camera_profiles import CameraProfile
-from hsi_dagster.core.evidence_alerts import EvidenceAlert, evidence_alerts
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert, evidence_alerts
 from hsi_dagster.jobs import batch_pipeline_job
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.settings import HsiSettings
@@ -70,8 +70,8 @@ def claim_evidence_alerts(
     profiles: Mapping[str, CameraProfile],
     now: datetime | None = None,
 ) -> list[EvidenceAlert]:
-    """The alert before the LLM (core/evidence_alerts.py), first half: detections ingested in the last minute (any
-    path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
+    """The alert before the LLM (core/verdict/evidence_alerts.py), first half: detections ingested in the last minute
+    (any path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
     track + cooldown slot, before any post, so a pass that runs again sends nothing twice. Returns what to post:
     the alerts this call stored, and claims whose tick died before their post."""
     now = now or datetime.now(UTC)

@@ -1,5 +1,5 @@
 """frigate_writeback_sensor: each verdict on a batch of Frigate events written back to those events (FRIGATE_WRITEBACK,
-off by default; FRIGATE_URL). What is written and which Frigate versions take it: core/frigate_writeback.py.
+off by default; FRIGATE_URL). What is written and which Frigate versions take it: core/outbound/frigate_writeback.py.
 
 Optional by design: it runs beside the pipeline and never blocks it. Frigate absent or answering 5xx: the batch is
 retried at the next ticks (MAX_ATTEMPTS in all) and the tick stops at the first unanswered call; a 4xx (an event
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from hsi_dagster.core.frigate_writeback import (
+from hsi_dagster.core.outbound.frigate_writeback import (
     DONE,
     FAILED,
     MAX_ATTEMPTS,

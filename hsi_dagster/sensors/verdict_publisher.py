@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import duckdb
 
-from hsi_dagster.core.mqtt_messages import (
+from hsi_dagster.core.outbound.mqtt_messages import (
     Message,
     Unit,
     camera_key,

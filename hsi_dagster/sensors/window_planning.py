@@ -1,5 +1,5 @@
 """Window planning shared by the sensors that request batch runs (batch_window_sensor, inbox_sensor): which closed
-windows get a run this tick (core/batch_policy.py), as Dagster run and partition requests."""
+windows get a run this tick (core/intake/batch_policy.py), as Dagster run and partition requests."""
 
 import time
 from dataclasses import dataclass
@@ -8,8 +8,8 @@ from datetime import datetime
 import dagster as dg
 from duckdb import DuckDBPyConnection
 
-from hsi_dagster.core.batch_policy import WindowCursor, plan_tick
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batch_policy import WindowCursor, plan_tick
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.instance.run_history import batch_run_history
 from hsi_dagster.jobs import batch_pipeline_job
 from hsi_dagster.partitions import batch_partitions
@@ -34,7 +34,7 @@ def plan_windows(
     as_of: datetime,
 ) -> WindowPlan:
     """Each closed window once (run_key = batch_id), failed ones again after a back-off, given up after
-    MAX_ATTEMPTS (core/batch_policy.py, the rules `hsi process` follows too); capped per tick."""
+    MAX_ATTEMPTS (core/intake/batch_policy.py, the rules `hsi process` follows too); capped per tick."""
     windows = pending_windows(conn, BatchRules.from_settings(settings), as_of)
     unassessed = unassessed_batches(conn)
     cameras = {batch.batch_id: batch.camera_id for batch in windows.closed}

@@ -1,4 +1,4 @@
-"""The `alerts` table and the rows alerts are decided from (decisions in `core.alerts`, posting in
+"""The `alerts` table and the rows alerts are decided from (decisions in `core.verdict.alerts`, posting in
 `resources.alerts`). One row per alert_id: a sensor re-evaluating a tick never alerts twice."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import datetime
 
 import duckdb
 
-from hsi_dagster.core.alerts import (
+from hsi_dagster.core.verdict.alerts import (
     PROMPT_TOO_LARGE,
     Alert,
     fast_path_unassessed_alert,
@@ -18,7 +18,7 @@ from hsi_dagster.core.alerts import (
 
 def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:
     """The alert the batch's verdict calls for, if any: a valid assessment (`ok`), or the evidence floor's verdict
-    when the model gave no usable output (`floor_only`, core/verdict.py)."""
+    when the model gave no usable output (`floor_only`, core/verdict/final.py)."""
     row = conn.execute(
         "SELECT camera_id, risk_level, risk_score, summary FROM risk_assessments"
         " WHERE batch_id = ? AND status IN ('ok', 'floor_only')",

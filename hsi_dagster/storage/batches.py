@@ -1,6 +1,6 @@
 """The DuckDB side of batching (contract section 2): which batches are closed, and recording them.
 
-Batches are not stored until recorded: `pending_closed_batches` recomputes them with `core.batching` from the
+Batches are not stored until recorded: `pending_closed_batches` recomputes them with `core.intake.batching` from the
 detections not yet in a recorded batch (`detections.batch_id IS NULL`). Because batching is greedy from the
 first unassigned detection, removing recorded batches never changes the batches that follow, so the same
 input always gives the same batch ids (the Dagster partition keys).
@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.batching import (
+from hsi_dagster.core.intake.batching import (
     OPEN,
     Batch,
     BatchRules,
@@ -31,7 +31,7 @@ from hsi_dagster.core.batching import (
     closed_batches,
     next_close,
 )
-from hsi_dagster.core.detections import loads_enrichment
+from hsi_dagster.core.intake.detections import loads_enrichment
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

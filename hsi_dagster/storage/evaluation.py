@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.evaluation import ConfigurationFigures, ScenarioResult
+from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult
 
 RESULT_COLUMNS: tuple[str, ...] = tuple(ScenarioResult.__dataclass_fields__)
 FIGURE_COLUMNS: tuple[str, ...] = tuple(ConfigurationFigures.__dataclass_fields__)

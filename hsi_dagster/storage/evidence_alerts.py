@@ -1,6 +1,6 @@
 """The `evidence_alerts` table (migration 6): alerts decided from detections alone, before any LLM verdict.
 
-One row per alert_key (camera + track + cooldown slot, core/evidence_alerts.py). The row is claimed BEFORE the
+One row per alert_key (camera + track + cooldown slot, core/verdict/evidence_alerts.py). The row is claimed BEFORE the
 webhook post (webhook_status 'pending') and its status written after: a tick that dies between the two leaves a
 pending row, which the next pass posts (`pending_evidence_alerts`); a tick that runs again finds the key and sends
 nothing twice. Other sinks (MQTT) read `evidence_alerts_after`.
@@ -14,8 +14,8 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.detections import loads_enrichment
-from hsi_dagster.core.evidence_alerts import EvidenceAlert
+from hsi_dagster.core.intake.detections import loads_enrichment
+from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert
 
 PENDING = "pending"
 CANDIDATE_LOOKBACK = timedelta(minutes=10)  # how far back a track's earlier detections are read

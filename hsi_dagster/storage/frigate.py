@@ -23,7 +23,6 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
 from hsi_dagster.core.frigate.fields import Resolution
 from hsi_dagster.core.frigate.mapping import (
     SKIP_FALSE_POSITIVE,
@@ -41,6 +40,7 @@ from hsi_dagster.core.frigate.mapping import (
     to_detection,
     track_from_event,
 )
+from hsi_dagster.core.intake.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, ingest_numbered_lines
 

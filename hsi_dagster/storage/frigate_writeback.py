@@ -11,8 +11,8 @@ from datetime import datetime
 
 import duckdb
 
-from hsi_dagster.core.frigate_writeback import MAX_ATTEMPTS, RETRY, WritebackTarget
-from hsi_dagster.core.verdict import VERDICT_STATUSES
+from hsi_dagster.core.outbound.frigate_writeback import MAX_ATTEMPTS, RETRY, WritebackTarget
+from hsi_dagster.core.verdict.final import VERDICT_STATUSES
 from hsi_dagster.storage.mqtt_outbox import publisher_since
 
 WRITEBACK = "frigate_writeback"
@@ -24,7 +24,7 @@ def writeback_since(conn: duckdb.DuckDBPyConnection, now: datetime) -> datetime:
 
 
 def pending_writebacks(conn: duckdb.DuckDBPyConnection, since: datetime, limit: int) -> list[WritebackTarget]:
-    """Verdicts (core/verdict.py VERDICT_STATUSES: `ok`, `floor_only`) since `since` of batches with Frigate
+    """Verdicts (core/verdict/final.py VERDICT_STATUSES: `ok`, `floor_only`) since `since` of batches with Frigate
     detections, not written back yet (or to retry); without a summary (floor_only), the floor's reasons."""
     rows = conn.execute(
         """SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score,

@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.history import (
+from hsi_dagster.core.context.history import (
     CLOCK_JUMP_TOLERANCE_S,
     DayActivity,
     DayWindow,
@@ -249,7 +249,7 @@ def history_inputs(
     approached_from: Mapping[str, tuple[str, ...]] | None = None,
     entry_points: Sequence[str] = (),
 ) -> HistoryInputs:
-    """Everything `core.history.history_facts` needs for one batch, from three queries."""
+    """Everything `core.context.history.history_facts` needs for one batch, from three queries."""
     cameras = [camera_id, *former_camera_ids]
     start = batch_start.astimezone(UTC)
     return HistoryInputs(

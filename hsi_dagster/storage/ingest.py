@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, overload
 import duckdb
 import numpy as np
 
-from hsi_dagster.core.detections import (
+from hsi_dagster.core.intake.detections import (
     DEFAULT_BOUNDS,
     Bounds,
     Detection,

@@ -1,10 +1,10 @@
-"""The SQL half of the ingest's fast path: the lines msgspec accepted (`core/fast_check.py`) parsed once more, in
+"""The SQL half of the ingest's fast path: the lines msgspec accepted (`core/intake/fast_check.py`) parsed once more, in
 bulk, by DuckDB, which also does the checks that are cheaper vectorized than per line in Python: the camera_id
 pattern, no control characters in ids, labels and tags, the ts pattern and range, the bbox order."""
 
 from __future__ import annotations
 
-from hsi_dagster.core.detections import CAMERA_ID_PATTERN, TS_MAX, TS_MIN, TS_PATTERN
+from hsi_dagster.core.intake.detections import CAMERA_ID_PATTERN, TS_MAX, TS_MIN, TS_PATTERN
 
 _CONTROL = "'[\\x00-\\x1F\\x7F]'"
 _FIELDS = {

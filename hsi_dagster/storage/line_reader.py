@@ -1,9 +1,9 @@
 """Detection input cut into numbered lines and checked, without DuckDB: the reader side of `storage.ingest`.
 
 A file is read block by block (never whole; a line too long to be a record is skipped without being held), its
-lines gathered into chunks, and each chunk checked with `core.fast_check` (msgspec, in C). The lines the fast check
-refuses go to `core.detections.validate_record`, the authoritative validator, which accepts them after all or
-rejects them with the reason naming the field. The fast check is stricter than the validator, so both always agree
+lines gathered into chunks, and each chunk checked with `core.intake.fast_check` (msgspec, in C). The lines the fast
+check refuses go to `core.intake.detections.validate_record`, the authoritative validator, which accepts them after all
+or rejects them with the reason naming the field. The fast check is stricter than the validator, so both always agree
 on what is loaded (tests/storage/test_ingest.py fuzzes this), and reasons come from one place.
 """
 
@@ -18,8 +18,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Detection, Rejection, validate_record
-from hsi_dagster.core.fast_check import fast_check
+from hsi_dagster.core.intake.detections import DEFAULT_BOUNDS, Bounds, Detection, Rejection, validate_record
+from hsi_dagster.core.intake.fast_check import fast_check
 
 CHUNK_BYTES = 160 << 20
 READ_BLOCK_BYTES = 4 << 20

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.storage.batches import pending_closed_batches
 
 # Upper bounds of the histogram buckets (the +Inf bucket is implied). 0.8 is the budget's warning threshold.

@@ -19,8 +19,8 @@ from typing import Any
 
 import duckdb
 
-from hsi_dagster.core.mqtt_messages import StoredEvidenceAlert, StoredVerdict, reasons_from
-from hsi_dagster.core.verdict import VERDICT_STATUSES
+from hsi_dagster.core.outbound.mqtt_messages import StoredEvidenceAlert, StoredVerdict, reasons_from
+from hsi_dagster.core.verdict.final import VERDICT_STATUSES
 
 PUBLISHER = "verdicts"
 FIRST_TICK_LOOKBACK = timedelta(hours=1)
@@ -110,8 +110,8 @@ def _factor_reasons(assessment: Any) -> tuple[str, ...]:
 def _verdicts(
     conn: duckdb.DuckDBPyConnection, where: str, params: dict[str, Any], limit: int | None = None
 ) -> list[StoredVerdict]:
-    """Verdicts (statuses `ok` and `floor_only`, core/verdict.py) matching `where` (over `r`, risk_assessments, and
-    `b`, detection_batches), per camera in window order (then assessment order); the floor columns (migration 6)
+    """Verdicts (statuses `ok` and `floor_only`, core/verdict/final.py) matching `where` (over `r`, risk_assessments,
+    and `b`, detection_batches), per camera in window order (then assessment order); the floor columns (migration 6)
     when present."""
     present = _columns(conn, "risk_assessments")
     columns = ("floor_score", "floor_reasons", "model_score")

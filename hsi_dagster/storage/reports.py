@@ -24,7 +24,7 @@ class ReportRow(NamedTuple):
     context_utilization: float | None
     latency_ms: float | None
     sections_removed: list[str] | None
-    model_score: int | None = None  # the model's own verdict score (core/verdict.py)
+    model_score: int | None = None  # the model's own verdict score (core/verdict/final.py)
     floor_score: int | None = None  # the evidence floor's
     floor_reasons: list[str] | None = None  # the rules that fired
     decided_by: str | None = None  # "model" or "floor"

@@ -222,7 +222,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "bounds: cuts recorded on the row, prompt degradation",
         # Contract section 6: optional enrichment over a bound is cut and the detection kept; the cuts are listed on
         # its row (a JSON list, NULL when nothing was cut). A prompt that only fits after degrading past the section
-        # removals (core/budget.py DEGRADATION_ORDER) lists the steps taken.
+        # removals (core/prompt/budget.py DEGRADATION_ORDER) lists the steps taken.
         """
         ALTER TABLE detections ADD COLUMN IF NOT EXISTS enrichment_cuts JSON;
         ALTER TABLE budgeted_prompts ADD COLUMN IF NOT EXISTS prompt_degraded VARCHAR[];
@@ -231,7 +231,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (
         6,
         "verdicts: the model's score beside the evidence floor; evidence-only alerts",
-        # core/verdict.py: risk_score = max(model_score, floor_score); who decided and why stay on the row.
+        # core/verdict/final.py: risk_score = max(model_score, floor_score); who decided and why stay on the row.
         # storage/evidence_alerts.py: alerts decided from the detections alone, before any LLM verdict, one per
         # camera + track + cooldown slot (alert_key); the MQTT publisher reads them too.
         """

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from hsi_dagster.core.timeline import RiskPoint
+from hsi_dagster.core.outbound.timeline import RiskPoint
 
 UNASSESSED = "unassessed"  # recorded, but no assessment row (the LLM was unreachable, or it has not run yet)
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hsi_dagster.core.camera_profiles import CameraProfile
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.prompt import build_sections, render_messages
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.prompt.messages import build_sections, render_messages
 
 CAMERAS = {
     "front_door": ("porch", "path", "street"),

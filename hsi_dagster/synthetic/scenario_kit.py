@@ -46,7 +46,7 @@ class Scene:
     weekday: int | None = None  # 0 = Monday, when the label depends on the day (a gardener's hours)
     span_s: tuple[float, float] = (20.0, 80.0)
     date: tuple[int, int, int] | None = None  # a fixed day (Halloween) instead of a random December day
-    history: dict[str, Any] | None = None  # the plain history inputs (core/history.py's JSON shape), when any
+    history: dict[str, Any] | None = None  # the plain history inputs (core/context/history.py's JSON shape), when any
 
 
 def reading(rng: random.Random, bounds: tuple[float, float], digits: int = 3) -> float:

@@ -256,7 +256,8 @@ def _when(rng: random.Random, spec: Any, names: dict[str, Any]) -> tuple[float, 
 
 
 def _history(spec: dict[str, Any]) -> dict[str, Any]:
-    """core/history.py's JSON shape: `days` written out day by day, a recent sighting's missing risk level null."""
+    """core/context/history.py's JSON shape: `days` written out day by day, a recent sighting's missing risk level
+    null."""
     out = dict(spec)
     if "days" in out:
         days = out["days"]

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hsi_dagster.core.camera_profiles import CameraProfile, parse_camera_profiles
+from hsi_dagster.core.context.camera_profiles import CameraProfile, parse_camera_profiles
 from hsi_dagster.synthetic.scenario_kit import Actor, Scene, reading
 from hsi_dagster.synthetic.scenario_specs import load_categories
 
@@ -46,7 +46,7 @@ SPLITS = ("tune", "holdout")
 
 @dataclass(frozen=True)
 class Scenario:
-    """One labeled batch. `batch` and `detections` are what `core.enrichment.build_context` takes."""
+    """One labeled batch. `batch` and `detections` are what `core.context.enrichment.build_context` takes."""
 
     scenario_id: str
     category: str
@@ -59,7 +59,7 @@ class Scenario:
     detections: list[dict[str, Any]]
     split: str = "holdout"  # "tune" (rules and thresholds are tuned on it) or "holdout" (reported, never tuned on)
     history: dict[str, Any] | None = (
-        None  # plain history inputs (core/history.py's JSON shape), when the label needs it
+        None  # plain history inputs (core/context/history.py's JSON shape), when the label needs it
     )
 
     def to_json(self) -> str:

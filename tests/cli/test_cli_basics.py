@@ -338,7 +338,7 @@ def test_batches_as_of_an_earlier_time_ignores_later_detections(capsys: pytest.C
 def test_recorded_batches_are_listed_like_computed_ones(
     capsys: pytest.CaptureFixture, ingested: Path, isolated: Path
 ) -> None:
-    from hsi_dagster.core.batching import BatchRules
+    from hsi_dagster.core.intake.batching import BatchRules
     from hsi_dagster.storage.batches import record_batch
     from hsi_dagster.storage.db import connect
 

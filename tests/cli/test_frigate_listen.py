@@ -20,7 +20,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.batches import list_batches
 from hsi_dagster.storage.db import connect

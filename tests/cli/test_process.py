@@ -11,7 +11,7 @@ import pytest
 
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.cli.process import SOURCE_TAG, batches_to_process, reclaim_orphans
-from hsi_dagster.core.batch_policy import MAX_ATTEMPTS, RETRY_GRACE_SECONDS
+from hsi_dagster.core.intake.batch_policy import MAX_ATTEMPTS, RETRY_GRACE_SECONDS
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.settings import load_settings

@@ -180,7 +180,7 @@ def test_the_report_says_who_decided_each_verdict(db: Path) -> None:
 
 
 def test_the_report_says_when_the_evidence_capped_the_models_score(db: Path) -> None:
-    """core/verdict.py caps the model's score at the floor's level band: 93 over no evidence is stored as 29."""
+    """core/verdict/final.py caps the model's score at the floor's level band: 93 over no evidence is stored as 29."""
     with connect(db) as conn:
         save_assessment(
             conn,

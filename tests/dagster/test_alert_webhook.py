@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.alerts import Alert, redacted_url
+from hsi_dagster.core.verdict.alerts import Alert, redacted_url
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource
 from hsi_dagster.sensors import high_risk_alert_sensor, unassessed_fast_path_sensor
 from hsi_dagster.storage.alerts import risk_alert_for, unassessed_fast_path_alert

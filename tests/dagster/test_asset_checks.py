@@ -15,12 +15,13 @@ from hsi_dagster.assets.checks import (
     server_prompt_tokens_within_budget,
     stored_assessment_valid,
 )
-from hsi_dagster.core.assessment import assess, verdict_fields
-from hsi_dagster.core.budget import TokenCounter, choose_budget, fit_to_budget
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.evidence import Floor
-from hsi_dagster.core.prompt import build_sections
-from hsi_dagster.core.rubric import RUBRIC_KEYS
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.prompt.budget import choose_budget, fit_to_budget
+from hsi_dagster.core.prompt.messages import build_sections
+from hsi_dagster.core.prompt.rubric import RUBRIC_KEYS
+from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.verdict.assessment import assess, verdict_fields
+from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.synthetic.batches import synthetic_batch
 
 RATIO = 1.22

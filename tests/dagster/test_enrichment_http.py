@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hsi_dagster.core.enrichment import QUALITY_LEVEL_TYPES
+from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
 from hsi_dagster.definitions import enrichment_resource
 from hsi_dagster.resources import HttpEnrichmentResource, InlineEnrichmentResource
 from hsi_dagster.settings import SettingsError, load_settings

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from hsi_dagster.assets.evaluation import evaluation_asset
-from hsi_dagster.core.evaluation import summarise
+from hsi_dagster.core.evaluation.metrics import summarise
 from hsi_dagster.evaluation.configurations import configurations_for, default_configurations
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.settings import load_settings

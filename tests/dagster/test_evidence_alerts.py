@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hsi_dagster.core.evidence_alerts import EVIDENCE_ONLY, EvidenceAlert
+from hsi_dagster.core.verdict.evidence_alerts import EVIDENCE_ONLY, EvidenceAlert
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.sensors import evidence_watch_sensor, inbox_sensor
 from hsi_dagster.sensors.inbox import INBOX_LOADER_LOCK

@@ -15,7 +15,7 @@ from typing import Any
 
 import dagster as dg
 
-from hsi_dagster.core.frigate_writeback import MAX_ATTEMPTS
+from hsi_dagster.core.outbound.frigate_writeback import MAX_ATTEMPTS
 from hsi_dagster.resources import PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.sensors import frigate_writeback_sensor

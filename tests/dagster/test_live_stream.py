@@ -20,7 +20,7 @@ import dagster as dg
 import pytest
 from dagster._core.instance import InstanceRef
 
-from hsi_dagster.core.batching import BatchRules, assign_batches
+from hsi_dagster.core.intake.batching import BatchRules, assign_batches
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.sensors.inbox_archive import where_now
 from hsi_dagster.settings import HsiSettings, load_settings

@@ -150,7 +150,7 @@ def test_configured_fallback_context_is_budgeted_as_the_settings_not_as_the_serv
     """FAKE OpenAI-compatible servers (not real ones): without max_model_len the context is the configured fallback,
     so the budget's source names the settings; with it, the server's figure is live. Behind a router the smallest
     context decides: a reported 4000 is live, a configured 5000 below a reported 6000 is the settings'."""
-    from hsi_dagster.core.budget import LIVE_BUDGET_SOURCE, SETTINGS_BUDGET_SOURCE, choose_budget
+    from hsi_dagster.core.prompt.budget import LIVE_BUDGET_SOURCE, SETTINGS_BUDGET_SOURCE, choose_budget
 
     def budget_of(resource: LlamaServerResource) -> tuple[int, str]:
         choice = choose_budget(

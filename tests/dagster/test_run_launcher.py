@@ -274,12 +274,12 @@ def test_the_preload_calls_the_code_location_warm_up():
         "from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin\n"
         "from dagster._serdes import serialize_value\n"
         "from hsi_dagster.instance import worker as run_worker\n"
-        "from hsi_dagster.core import budget\n"
+        "from hsi_dagster.core.prompt import tokens\n"
         "pointer = ModuleCodePointer('hsi_dagster.definitions', 'defs', None)\n"
         "origin = JobPythonOrigin('batch_pipeline', RepositoryPythonOrigin(sys.executable, pointer))\n"
-        "assert budget._token_byte_lengths.cache_info().currsize == 0\n"
+        "assert tokens._token_byte_lengths.cache_info().currsize == 0\n"
         "run_worker._preload(serialize_value(origin))\n"
-        "print(budget._token_byte_lengths.cache_info().currsize)\n"
+        "print(tokens._token_byte_lengths.cache_info().currsize)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.sensors import InboxCursor, batch_window_sensor, inbox_sensor, window_planning
 from hsi_dagster.sensors import inbox as inbox_module

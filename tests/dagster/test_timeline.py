@@ -19,8 +19,7 @@ import pytest
 from matplotlib import image as mpimg
 
 from hsi_dagster.assets.timeline import SUMMARY_METADATA_KEY, TIMELINE_METADATA_KEY, risk_timeline
-from hsi_dagster.core.risk import LEVEL_BANDS
-from hsi_dagster.core.timeline import (
+from hsi_dagster.core.outbound.timeline import (
     AXES_RECT,
     BAND_COLOURS,
     NOT_ASSESSED_COLOUR,
@@ -29,6 +28,7 @@ from hsi_dagster.core.timeline import (
     Y_RANGE,
     camera_colours,
 )
+from hsi_dagster.core.prompt.risk_schema import LEVEL_BANDS
 from hsi_dagster.jobs import risk_timeline_job, risk_timeline_schedule
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.storage.db import connect

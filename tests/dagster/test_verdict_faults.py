@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 
 from hsi_dagster.assets.assessments import assess_on_server
-from hsi_dagster.core.assessment import verdict_fields
-from hsi_dagster.core.evidence import Floor
-from hsi_dagster.core.risk import SUMMARY_MAX, assessment_schema
-from hsi_dagster.core.rubric import RUBRIC_KEYS
+from hsi_dagster.core.prompt.risk_schema import SUMMARY_MAX, assessment_schema
+from hsi_dagster.core.prompt.rubric import RUBRIC_KEYS
+from hsi_dagster.core.verdict.assessment import verdict_fields
+from hsi_dagster.core.verdict.evidence import Floor
 from tests.support.fake_llama import Reply
 from tests.support.pipeline_helpers import resources
 

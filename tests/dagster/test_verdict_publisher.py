@@ -17,8 +17,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from hsi_dagster.core.mqtt_messages import HA_STATE_MAX_CHARS, camera_key
-from hsi_dagster.core.risk import RISK_LEVELS
+from hsi_dagster.core.outbound.mqtt_messages import HA_STATE_MAX_CHARS, camera_key
+from hsi_dagster.core.prompt.risk_schema import RISK_LEVELS
 from hsi_dagster.resources import PipelineSettingsResource
 from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import verdict_publisher_sensor
@@ -90,8 +90,8 @@ def test_discovery_state_and_one_event_per_high_or_critical_verdict(
     print(tick(db, broker.port))
     recorder.wait(lambda r: len(r.on("/state")) >= 2 and len(r.on("/event")) >= 2, what="states and events")
 
-    # Home Assistant discovery: one device per camera, four entities, retained (fields: core/mqtt_messages.py cites
-    # the Home Assistant pages they were checked against)
+    # Home Assistant discovery: one device per camera, four entities, retained (fields: core/outbound/mqtt_messages.py
+    # cites the Home Assistant pages they were checked against)
     configs = retained(broker, "homeassistant/#")
     for camera in ("yard", "door"):
         level = json.loads(configs[f"homeassistant/sensor/hsi_{camera}/risk_level/config"])
@@ -341,7 +341,7 @@ def test_availability_is_online_while_ticks_come_and_offline_once_they_stop(
 def test_evidence_alerts_are_events_and_floor_reasons_are_the_states_reasons(
     tmp_path: Path, broker: Mosquitto, recorder: Recorder
 ) -> None:
-    from hsi_dagster.core.evidence_alerts import EvidenceAlert
+    from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert
     from hsi_dagster.storage.evidence_alerts import claim_evidence_alert
 
     db = tmp_path / "hsi.duckdb"
@@ -407,7 +407,7 @@ def test_the_sensor_runs_by_default_only_with_mqtt_publish_and_the_password_stay
 def test_a_floor_only_verdict_is_published_with_the_floors_reasons_as_its_summary(
     tmp_path: Path, broker: Mosquitto, recorder: Recorder
 ) -> None:
-    """No usable model reply, the evidence floor decided (status floor_only, core/verdict.py): still a verdict."""
+    """No usable model reply, the evidence floor decided (status floor_only, core/verdict/final.py): still a verdict."""
     db = tmp_path / "hsi.duckdb"
     save_verdict(
         db,

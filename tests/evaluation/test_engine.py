@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from hsi_dagster.core.assessment import assess
+from hsi_dagster.core.verdict.assessment import assess
 from hsi_dagster.evaluation.configurations import (
     EvalConfiguration,
     configurations_for,

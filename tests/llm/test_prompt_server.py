@@ -4,10 +4,11 @@ import random
 
 import pytest
 
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget, prompt_budget
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.prompt import build_sections
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.prompt.budget import fit_to_budget, prompt_budget
+from hsi_dagster.core.prompt.messages import build_sections
+from hsi_dagster.core.prompt.risk_schema import RISK_JSON_SCHEMA
+from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.synthetic.batches import synthetic_batch

@@ -31,7 +31,7 @@ import pytest
 from dagster._core.instance import InstanceRef
 
 from hsi_dagster.cli.instance import apply_pool_limits
-from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
+from hsi_dagster.core.intake.batching import BatchRules, DetectionRef, assign_batches
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.sensors.inbox_archive import PROCESSED_DIR
 from hsi_dagster.settings import HsiSettings, load_settings

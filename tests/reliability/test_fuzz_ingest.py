@@ -6,7 +6,7 @@ Two generators of random and mutated lines, both derived from valid contract rec
 Mutations: dropped and renamed fields, wrong types, huge numbers, NaN/Infinity, odd unicode, invalid UTF-8, truncated
 JSON, duplicate keys, nested garbage, over-long lines (also one longer than the reader's block), blank lines.
 
-For every line the verdict stored in DuckDB must be the Python validator's (`core.detections.validate_record`,
+For every line the verdict stored in DuckDB must be the Python validator's (`core.intake.detections.validate_record`,
 the authoritative one): loaded with its values (whichever path loaded it: the msgspec + SQL fast path or the
 validator), or quarantined with the validator's reason (never empty, naming a field), or counted blank. Nothing is
 lost: lines in = loaded + duplicates + quarantined + blank.
@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hsi_dagster.core.detections import ENRICHMENT_SPEC, MAX_LINE_BYTES, Detection, Rejection, validate_record
+from hsi_dagster.core.intake.detections import ENRICHMENT_SPEC, MAX_LINE_BYTES, Detection, Rejection, validate_record
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestReport, ingest_files, storable_text
 from hsi_dagster.synthetic.streams import simulate

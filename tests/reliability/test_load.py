@@ -22,7 +22,7 @@ from hsi_dagster.assets.assessments import risk_assessments
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME
 from hsi_dagster.storage.batches import pending_closed_batches, record_batch
 from hsi_dagster.storage.db import connect

@@ -20,8 +20,8 @@ from hsi_dagster.assets.assessments import risk_assessments
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.core.budget import FLORENCE_LINES
-from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT
+from hsi_dagster.core.prompt.budget import FLORENCE_LINES
+from hsi_dagster.core.prompt.messages import STATIC_SYSTEM_PROMPT
 from hsi_dagster.resources import PipelineSettingsResource
 from hsi_dagster.sensors import batch_window_sensor, unassessed_fast_path_sensor
 from hsi_dagster.settings import load_settings

@@ -10,7 +10,7 @@ Asserted for each field and attack:
 - the system message (the static instructions) is byte-identical to the clean case's;
 - the user message keeps the clean case's skeleton: the same `## ` headings, the same `<camera_data>` fences, and
   outside the JSON string literals the same text; the attack only ever appears inside a string literal of a data
-  block (core/prompt.py `q()`: JSON-quoted, whitespace collapsed, `<`, `>` and backticks replaced);
+  block (core/prompt/messages.py `q()`: JSON-quoted, whitespace collapsed, `<`, `>` and backticks replaced);
 - with the real embedded llama.cpp server: the served model's chat template gives the same number of turn tokens
   (`<|im_start|>`, `<|im_end|>`) as for the clean prompt, and the completion is still a schema-valid assessment.
 """
@@ -26,13 +26,14 @@ import httpx
 import jsonschema
 import pytest
 
-from hsi_dagster.core.assessment import assess
-from hsi_dagster.core.budget import TokenCounter, fit_to_budget
-from hsi_dagster.core.camera_profiles import CameraProfile, camera_profile_text
-from hsi_dagster.core.detections import ENRICHMENT_SPEC, TEXT, Detection, Leaf, ListOf, Spec, validate_record
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.prompt import STATIC_SYSTEM_PROMPT, build_sections
-from hsi_dagster.core.risk import RISK_JSON_SCHEMA, RiskAssessment
+from hsi_dagster.core.context.camera_profiles import CameraProfile, camera_profile_text
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.intake.detections import ENRICHMENT_SPEC, TEXT, Detection, Leaf, ListOf, Spec, validate_record
+from hsi_dagster.core.prompt.budget import fit_to_budget
+from hsi_dagster.core.prompt.messages import STATIC_SYSTEM_PROMPT, build_sections
+from hsi_dagster.core.prompt.risk_schema import RISK_JSON_SCHEMA, RiskAssessment
+from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.verdict.assessment import assess
 from hsi_dagster.llm.client import LlamaClient
 from tests.support.records import every_enrichment
 

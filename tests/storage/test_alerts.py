@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from hsi_dagster.core.alerts import PROMPT_TOO_LARGE, fast_path_unassessed_alert, risk_alert
+from hsi_dagster.core.verdict.alerts import PROMPT_TOO_LARGE, fast_path_unassessed_alert, risk_alert
 from hsi_dagster.storage.alerts import (
     alert_stored,
     last_webhook_attempt,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hsi_dagster.core.batching import BatchRules, assign_batches, closed_batches
+from hsi_dagster.core.intake.batching import BatchRules, assign_batches, closed_batches
 from hsi_dagster.storage.batches import (
     BatchNotClosed,
     BatchNotFound,

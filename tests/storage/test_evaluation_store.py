@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hsi_dagster.core.evaluation import ScenarioResult, summarise
+from hsi_dagster.core.evaluation.metrics import ScenarioResult, summarise
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import (
     finish_run,

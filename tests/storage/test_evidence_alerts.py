@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from hsi_dagster.core.evidence_alerts import EvidenceAlert
+from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evidence_alerts import (
     PENDING,

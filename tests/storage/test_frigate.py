@@ -144,7 +144,7 @@ def test_hsi_demo_on_a_frigate_night_refuses_bad_arguments_before_starting_anyth
 def test_frigate_input_is_held_to_the_ingest_bounds(tmp_path: Path, night: dict[str, Path]) -> None:
     """Contract section 6 holds for Frigate input too: a label over INGEST_MAX_LABEL_CHARS quarantines the event,
     naming the Frigate field and the setting."""
-    from hsi_dagster.core.detections import Bounds
+    from hsi_dagster.core.intake.detections import Bounds
 
     resolutions = load_detect_resolutions(night["config"]).by_camera
     roomy = import_frigate_files(tmp_path / "a.duckdb", [night["mqtt"]], resolutions=resolutions).files[0]

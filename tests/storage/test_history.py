@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hsi_dagster.core.history import HistoryRules, history_facts
+from hsi_dagster.core.context.history import HistoryRules, history_facts
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.history import (
     activity_summary,

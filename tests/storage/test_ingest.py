@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hsi_dagster.core.detections import ENRICHMENT_SPEC, Detection, Rejection, validate_record
+from hsi_dagster.core.intake.detections import ENRICHMENT_SPEC, Detection, Rejection, validate_record
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, already_ingested, ingest_files, ingest_lines
 from hsi_dagster.storage.ingest_checks import finish_sql

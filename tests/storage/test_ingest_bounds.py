@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from hsi_dagster.core.detections import Bounds, Detection, validate_record
+from hsi_dagster.core.intake.detections import Bounds, Detection, validate_record
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.ingest import ingest_files, ingest_lines
 from hsi_dagster.storage.line_reader import check_chunk

@@ -397,7 +397,7 @@ class DockerStack:
 
     def expected_windows(self, into: Path) -> tuple[list[Any], int]:
         """The windows of the stream's files, computed here from the files (core/batching), and their detections."""
-        from hsi_dagster.core.batching import BatchRules, DetectionRef, assign_batches
+        from hsi_dagster.core.intake.batching import BatchRules, DetectionRef, assign_batches
         from hsi_dagster.settings import load_settings
 
         records = [

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from hsi_dagster.core.batching import BatchRules
+from hsi_dagster.core.intake.batching import BatchRules
 from hsi_dagster.storage.batches import pending_closed_batches, record_batch
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_lines

@@ -7,7 +7,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
-from hsi_dagster.core.batching import DetectionRef
+from hsi_dagster.core.intake.batching import DetectionRef
 
 _EVERY_TYPE: dict[str, Any] = {
     "florence": {

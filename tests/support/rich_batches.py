@@ -68,7 +68,7 @@ def detection_records(n_detections: int = 6, n_regions: int = 64, camera: str = 
 
 
 def batch_and_detections(n_detections: int = 6, n_regions: int = 64) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The batch row and detection rows `core.enrichment.build_context` takes."""
+    """The batch row and detection rows `core.context.enrichment.build_context` takes."""
     detections = []
     for record in detection_records(n_detections, n_regions):
         detections.append(

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hsi_dagster.core.risk import level_for_score
+from hsi_dagster.core.prompt.risk_schema import level_for_score
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.storage.db import connect

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from hsi_dagster.core.detections import Rejection, validate_record
-from hsi_dagster.core.enrichment import build_context
-from hsi_dagster.core.risk import LEVEL_BANDS
+from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.intake.detections import Rejection, validate_record
+from hsi_dagster.core.prompt.risk_schema import LEVEL_BANDS
 from hsi_dagster.synthetic.scenario_specs import load_categories
 from hsi_dagster.synthetic.scenarios import (
     SCENARIOS_PATH,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hsi_dagster.core.detections import ENRICHMENT_SPEC, Detection, Rejection, validate_record
+from hsi_dagster.core.intake.detections import ENRICHMENT_SPEC, Detection, Rejection, validate_record
 from hsi_dagster.storage.ingest import ingest_lines
 from hsi_dagster.synthetic import streams as sim
 from hsi_dagster.synthetic.bad_lines import BAD_KINDS, bad_lines

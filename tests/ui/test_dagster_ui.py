@@ -23,7 +23,7 @@ import pytest
 from matplotlib import image as mpimg
 
 from hsi_dagster.assets.timeline import risk_timeline
-from hsi_dagster.core.timeline import BAND_COLOURS, SIZE_PX
+from hsi_dagster.core.outbound.timeline import BAND_COLOURS, SIZE_PX
 from hsi_dagster.jobs import risk_timeline_job
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import HsiDuckDBResource

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hsi_dagster.core.detections import MAX_TAG_CHARS, MAX_TEXT_CHARS, TS_MAX, TS_MIN, format_ts
+from hsi_dagster.core.intake.detections import MAX_TAG_CHARS, MAX_TEXT_CHARS, TS_MAX, TS_MIN, format_ts
 
 _PRINTABLE = re.compile(r"[^\x00-\x1F\x7F]+")
 

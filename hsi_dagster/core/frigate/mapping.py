@@ -43,7 +43,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hsi_dagster.core.detections import DEFAULT_BOUNDS, Bounds, Detection, Rejection, truncate_raw, validate_record
 from hsi_dagster.core.frigate.fields import (
     PayloadError,
     Resolution,
@@ -62,6 +61,14 @@ from hsi_dagster.core.frigate.fields import (
     read_zones,
     show_value,
     zone_text,
+)
+from hsi_dagster.core.intake.detections import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    Detection,
+    Rejection,
+    truncate_raw,
+    validate_record,
 )
 
 EVENT_TYPES = ("new", "update", "end")

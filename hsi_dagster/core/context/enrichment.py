@@ -1,0 +1,621 @@
+"""Turn one batch of detections and their vision-model payloads into a structured, de-duplicated context.
+
+Pure code (no Dagster, no I/O). The context is what the prompt renders; it is stored as JSON
+(`enriched_contexts.context`), so `EnrichedContext.to_json()` / `from_json()` round-trip it.
+
+Choices (documented here because the prompt and the tests rely on them):
+- Quality levels decide which enrichment types are used at all (`QUALITY_LEVEL_TYPES`, derived from the one
+  table of sections in `core/context/sections.py`). "standard" drops the four types the reference system values least
+  (depth, pose, action, pet: the head of the removal order) and keeps what most changes a risk judgement:
+  captions, CLIP classes, weather, vehicle, clothing, violence, re-id. Detections and scene analysis are always
+  included; "minimal" adds Florence captions only.
+- Florence-2 "repeat": see `content_tokens` and `is_repeat`. A region caption is dropped when >= 80 % of its
+  content tokens already occur in the same detection's global or dense caption (the global caption likewise when
+  the dense caption covers it); any caption whose content-token set equals one already kept for the same track
+  (or untracked detection) is a duplicate and dropped. One entry per detection that still says something new.
+- CLIP classes scoring strictly below `clip_noise_threshold` are dropped (counted, not shown).
+- Other types are grouped per track (weather: per batch); identical text fields collapse into one observation
+  with a count and min/max (first/last) of the numeric fields, so 30 frames of "standing 0.9" are one line.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from statistics import fmean
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.context.sections import (  # the one definition of the sections; re-exported here
+    BATCH_SCOPED_TYPES,
+    ENRICHMENT_TYPES,
+    OBSERVATION_FIELDS,
+    QUALITY_LEVEL_TYPES,
+    QualityLevel,
+)
+
+HIGH_VALUE_LABELS = frozenset({"person"})
+
+MAX_TEXT_CHARS = 300  # one caption / field value; bounds the prompt whatever the camera sends
+MAX_CLIP_CLASSES = 5  # per track, best first
+TOP_READINGS = 5  # highest readings kept per numeric field of an observation (NumberRange.top)
+REPEAT_THRESHOLD = 0.80
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+_STOPWORDS_TEXT = (  # space-separated: easier to review than 113 list items
+    "a an the and or but of to in on at by for from with without into onto over under near next beside behind off "
+    "out up down around through toward towards across along against between is are was were be been being am has "
+    "have had do does did it its it's this that these those there here he she they them his her their him we us "
+    "our you your i me my as while who which what where when some any one two several other another very also "
+    "just can could may might appears appear seems seem seen visible image picture photo frame shows show showing "
+    "shown view scene camera"
+)
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+
+def clean_text(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
+    """Whitespace-collapsed, NFKC-normalised, length-bounded text ('' for non-strings)."""
+    if not isinstance(value, str):
+        return ""
+    text = _SPACE.sub(" ", unicodedata.normalize("NFKC", value)).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _singular(token: str) -> str:
+    """A matching key, not a word: drop a plural 's', then spell a final 'y' as 'ie' (puppy/puppies, hoodie/hoodies)."""
+    if len(token) > 3 and token.endswith("s") and not token.endswith(("ss", "us", "is")):
+        token = token[:-1]
+    if len(token) > 2 and token.endswith("y"):
+        token = token[:-1] + "ie"
+    return token
+
+
+def content_tokens(text: str) -> set[str]:
+    """Lowercase, split on anything not a letter/digit, drop STOPWORDS and single letters, fold plurals (_singular)."""
+    words = _WORD.findall(unicodedata.normalize("NFKC", text or "").lower())
+    return {_singular(word) for word in words if word not in STOPWORDS and (len(word) > 1 or word.isdigit())}
+
+
+def is_repeat(region_tokens: set[str], reference_tokens: set[str], threshold: float = REPEAT_THRESHOLD) -> bool:
+    """True when >= threshold of the region's content tokens are in the reference; an empty region adds nothing."""
+    if not region_tokens:
+        return True
+    return len(region_tokens & reference_tokens) / len(region_tokens) >= threshold
+
+
+# ----------------------------------------------------------------------------------------------- models
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BatchInfo(_Model):
+    batch_id: str
+    camera_id: str
+    started_at: datetime
+    last_ts: datetime
+    closes_at: datetime | None = None
+    close_reason: str
+    detection_count: int
+
+
+class DetectionItem(_Model):
+    detection_id: str
+    ts: datetime
+    label: str
+    confidence: float
+    zone: str | None = None
+    track_id: str | None = None
+    is_late: bool = False
+    fast_path: bool = False
+
+
+class TrackSummary(_Model):
+    track_id: str
+    labels: dict[str, int]
+    first_ts: datetime
+    last_ts: datetime
+    dwell_s: float
+    detections: int
+    zones: list[str]
+    max_confidence: float
+
+
+class DetectionsSummary(_Model):
+    count: int
+    late_count: int
+    by_label: dict[str, int]
+    confidence_min: float | None
+    confidence_max: float | None
+    confidence_mean: float | None
+    zones: dict[str, int]
+    tracks: list[TrackSummary]
+    first_ts: datetime | None
+    last_ts: datetime | None
+    span_s: float
+    timezone: str
+    local_start: str | None  # "YYYY-MM-DD HH:MM:SS" in the camera's zone
+    local_end: str | None
+    time_of_day: Literal["night", "morning", "afternoon", "evening"] | None
+    lighting: str | None  # majority scene lighting (day|dusk|night) when the scene model reported it
+    is_dark: bool
+    items: list[DetectionItem]
+
+
+class SceneSummary(_Model):
+    descriptions: list[str]
+    lighting: dict[str, int]
+    indoor: bool | None
+
+
+class GroupRef(_Model):
+    """Who an observation is about: a track, or one untracked detection; plus what ranks it when shortening."""
+
+    track_id: str | None
+    detection_ids: list[str]
+    label: str
+    max_confidence: float
+    fast_path: bool = False
+    late: bool = False
+
+
+class RegionCaption(_Model):
+    label: str
+    caption: str
+
+
+class FlorenceEntry(GroupRef):
+    ts: datetime
+    captions: list[str] = Field(default_factory=list)
+    dense_captions: list[str] = Field(default_factory=list)
+    regions: list[RegionCaption] = Field(default_factory=list)
+
+
+class FlorenceSummary(_Model):
+    entries: list[FlorenceEntry]
+    regions_total: int = 0
+    regions_dropped_repeat: int = 0
+    duplicates_dropped: int = 0
+
+
+class ClipClass(_Model):
+    label: str
+    score: float
+
+
+class ClipEntry(GroupRef):
+    classes: list[ClipClass]
+
+
+class ClipSummary(_Model):
+    threshold: float
+    entries: list[ClipEntry]
+    dropped_below_threshold: int = 0
+
+
+class NumberRange(_Model):
+    min: float
+    max: float
+    first: float
+    last: float
+    # The highest readings, highest first (at most TOP_READINGS): lets the evidence floor count how many frames of a
+    # track reached a threshold (sustained violence, not one noisy frame) without storing every frame.
+    top: list[float] = Field(default_factory=list)
+
+
+class Observation(GroupRef):
+    fields: dict[str, str | bool | None]
+    numbers: dict[str, NumberRange] = Field(default_factory=dict)
+    count: int
+
+
+class EnrichedContext(_Model):
+    batch: BatchInfo
+    quality_level: QualityLevel
+    types_included: list[str]
+    missing_types: list[str]
+    camera_profile: CameraProfile | None = None
+    detections: DetectionsSummary
+    scene: SceneSummary | None = None
+    florence: FlorenceSummary | None = None
+    clip: ClipSummary | None = None
+    observations: dict[str, list[Observation]] = Field(default_factory=dict)
+    history: HistoryFacts | None = None  # what is usual here and what the other cameras saw (core/context/history.py)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> EnrichedContext:
+        return cls.model_validate_json(text)
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _as_datetime(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    else:
+        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+    if dt.tzinfo is None:
+        raise ValueError(f"timestamp {value!r} has no UTC offset (the contract requires aware timestamps)")
+    return dt.astimezone(UTC)
+
+
+def _time_of_day(hour: int) -> Literal["night", "morning", "afternoon", "evening"]:
+    if hour >= 22 or hour < 5:
+        return "night"
+    if hour < 12:
+        return "morning"
+    if hour < 17:
+        return "afternoon"
+    return "evening"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+class _Det:
+    """A normalised detection record (internal)."""
+
+    __slots__ = ("id", "ts", "label", "confidence", "zone", "track_id", "is_late", "fast_path", "enrichment")
+
+    def __init__(self, raw: Mapping[str, Any], fast_labels: frozenset[str], fast_confidence: float):
+        self.id = str(raw["detection_id"])
+        self.ts = _as_datetime(raw["ts"])
+        self.label = clean_text(raw.get("label"), 64) or "unknown"
+        self.confidence = float(raw.get("confidence") or 0.0)
+        self.zone = clean_text(raw.get("zone"), 64) or None
+        self.track_id = clean_text(raw.get("track_id"), 64) or None
+        self.is_late = bool(raw.get("is_late"))
+        self.fast_path = self.label in fast_labels and self.confidence >= fast_confidence
+        enrichment = raw.get("enrichment")
+        self.enrichment: Mapping[str, Any] = enrichment if isinstance(enrichment, Mapping) else {}
+
+    @property
+    def group(self) -> str:
+        return f"t:{self.track_id}" if self.track_id else f"d:{self.id}"
+
+
+class _GroupAcc:
+    """Accumulates GroupRef fields over the detections of one group."""
+
+    def __init__(self) -> None:
+        self.track_id: str | None = None
+        self.ids: list[str] = []
+        self.labels: Counter[str] = Counter()
+        self.max_conf = 0.0
+        self.fast = False
+        self.late = False
+
+    def add(self, det: _Det) -> None:
+        self.track_id = det.track_id
+        if det.id not in self.ids:
+            self.ids.append(det.id)
+        self.labels[det.label] += 1
+        self.max_conf = max(self.max_conf, det.confidence)
+        self.fast = self.fast or det.fast_path
+        self.late = self.late or det.is_late
+
+    def ref(self) -> dict[str, Any]:
+        return {
+            "track_id": self.track_id,
+            "detection_ids": list(self.ids),
+            "label": self.labels.most_common(1)[0][0] if self.labels else "unknown",
+            "max_confidence": round(self.max_conf, 4),
+            "fast_path": self.fast,
+            "late": self.late,
+        }
+
+
+# ----------------------------------------------------------------------------------------------- sections
+def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, lighting: str | None) -> DetectionsSummary:
+    confidences = [d.confidence for d in dets]
+    tracks: dict[str, list[_Det]] = {}
+    for det in dets:
+        if det.track_id:
+            tracks.setdefault(det.track_id, []).append(det)
+    track_summaries = [
+        TrackSummary(
+            track_id=track_id,
+            labels=dict(Counter(d.label for d in members).most_common()),
+            first_ts=members[0].ts,
+            last_ts=members[-1].ts,
+            dwell_s=round((members[-1].ts - members[0].ts).total_seconds(), 1),
+            detections=len(members),
+            zones=list(dict.fromkeys(d.zone for d in members if d.zone)),
+            max_confidence=max(d.confidence for d in members),
+        )
+        for track_id, members in tracks.items()
+    ]
+    first = dets[0].ts if dets else batch.started_at
+    last = dets[-1].ts if dets else batch.last_ts
+    local_first, local_last = first.astimezone(tz), last.astimezone(tz)
+    time_of_day = _time_of_day(local_first.hour)
+    return DetectionsSummary(
+        count=len(dets),
+        late_count=sum(d.is_late for d in dets),
+        by_label=dict(Counter(d.label for d in dets).most_common()),
+        confidence_min=min(confidences) if confidences else None,
+        confidence_max=max(confidences) if confidences else None,
+        confidence_mean=round(fmean(confidences), 4) if confidences else None,
+        zones=dict(Counter(d.zone for d in dets if d.zone).most_common()),
+        tracks=track_summaries,
+        first_ts=first,
+        last_ts=last,
+        span_s=round((last - first).total_seconds(), 1),
+        timezone=str(tz.key),
+        local_start=local_first.strftime("%Y-%m-%d %H:%M:%S"),
+        local_end=local_last.strftime("%Y-%m-%d %H:%M:%S"),
+        time_of_day=time_of_day,
+        lighting=lighting,
+        is_dark=lighting == "night" or (lighting is None and time_of_day == "night"),
+        items=[
+            DetectionItem(
+                detection_id=d.id,
+                ts=d.ts,
+                label=d.label,
+                confidence=d.confidence,
+                zone=d.zone,
+                track_id=d.track_id,
+                is_late=d.is_late,
+                fast_path=d.fast_path,
+            )
+            for d in dets
+        ],
+    )
+
+
+def _summarise_scene(dets: list[_Det]) -> SceneSummary | None:
+    descriptions: list[str] = []
+    lighting: Counter[str] = Counter()
+    indoor: list[bool] = []
+    for det in dets:
+        scene = det.enrichment.get("scene")
+        if not isinstance(scene, Mapping):
+            continue
+        description = clean_text(scene.get("description"))
+        if description and description not in descriptions and len(descriptions) < 5:
+            descriptions.append(description)
+        light = clean_text(scene.get("lighting"), 16).lower()
+        if light:
+            lighting[light] += 1
+        if isinstance(scene.get("indoor"), bool):
+            indoor.append(scene["indoor"])
+    if not descriptions and not lighting and not indoor:
+        return None
+    return SceneSummary(
+        descriptions=descriptions,
+        lighting=dict(lighting.most_common()),
+        indoor=(Counter(indoor).most_common(1)[0][0] if indoor else None),
+    )
+
+
+def _summarise_florence(dets: list[_Det]) -> FlorenceSummary | None:
+    """One entry per detection with something new; repeats and track duplicates are dropped and counted."""
+    entries: list[FlorenceEntry] = []
+    seen_by_group: dict[str, set[frozenset[str]]] = {}
+    regions_total = regions_repeat = duplicates = 0
+    found = False
+    for det in dets:
+        payload = det.enrichment.get("florence")
+        if not isinstance(payload, Mapping):
+            continue
+        found = True
+        seen = seen_by_group.setdefault(det.group, set())
+        caption = clean_text(payload.get("caption"))
+        dense = clean_text(payload.get("dense_caption"))
+        dense_tokens = content_tokens(dense)
+        reference = content_tokens(caption) | dense_tokens
+        if caption and dense and is_repeat(content_tokens(caption), dense_tokens):
+            caption = ""  # the dense caption already says everything the global caption says
+        kept: dict[str, list] = {"captions": [], "dense_captions": [], "regions": []}
+        for text, bucket in ((caption, "captions"), (dense, "dense_captions")):
+            if not text:
+                continue
+            key = frozenset(content_tokens(text)) or frozenset({text.lower()})
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            kept[bucket].append(text)
+        regions = payload.get("regions")
+        for region in regions if isinstance(regions, list) else ():
+            if not isinstance(region, Mapping):
+                continue
+            label = clean_text(region.get("label"), 64)
+            text = clean_text(region.get("caption")) or label
+            if not text:
+                continue
+            regions_total += 1
+            tokens = content_tokens(text)
+            if is_repeat(tokens, reference):
+                regions_repeat += 1
+                continue
+            key = frozenset(tokens)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            kept["regions"].append(RegionCaption(label=label or "region", caption=text))
+        if kept["captions"] or kept["dense_captions"] or kept["regions"]:
+            acc = _GroupAcc()
+            acc.add(det)
+            entries.append(
+                FlorenceEntry(
+                    **acc.ref(),
+                    ts=det.ts,
+                    captions=kept["captions"],
+                    dense_captions=kept["dense_captions"],
+                    regions=kept["regions"],
+                )
+            )
+    if not found:
+        return None
+    return FlorenceSummary(
+        entries=entries,
+        regions_total=regions_total,
+        regions_dropped_repeat=regions_repeat,
+        duplicates_dropped=duplicates,
+    )
+
+
+def _summarise_clip(dets: list[_Det], threshold: float) -> ClipSummary | None:
+    groups: dict[str, tuple[_GroupAcc, dict[str, float]]] = {}
+    dropped = 0
+    for det in dets:
+        payload = det.enrichment.get("clip")
+        if not isinstance(payload, list):
+            continue
+        acc, best = groups.setdefault(det.group, (_GroupAcc(), {}))
+        acc.add(det)
+        for item in payload:
+            if not isinstance(item, Mapping):
+                continue
+            label, score = clean_text(item.get("label"), 80), _number(item.get("score"))
+            if not label or score is None:
+                continue
+            if score < threshold:
+                dropped += 1
+                continue
+            best[label] = max(best.get(label, 0.0), score)
+    if not groups:
+        return None
+    entries = []
+    for acc, best in groups.values():
+        if best:
+            top = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CLIP_CLASSES]
+            entries.append(ClipEntry(**acc.ref(), classes=[ClipClass(label=k, score=round(v, 4)) for k, v in top]))
+    return ClipSummary(threshold=threshold, entries=entries, dropped_below_threshold=dropped)
+
+
+def _field_value(value: Any) -> str | bool | None:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return clean_text(", ".join(str(v) for v in value if isinstance(v, (str, int, float))))
+    if isinstance(value, str):
+        return clean_text(value)
+    return None
+
+
+def _summarise_observations(kind: str, dets: list[_Det]) -> list[Observation]:
+    keys = OBSERVATION_FIELDS[kind]
+    groups: dict[tuple, tuple[_GroupAcc, dict[str, str | bool | None], dict[str, list[float]], list[int]]] = {}
+    for det in dets:
+        payload = det.enrichment.get(kind)
+        if not isinstance(payload, Mapping):
+            continue
+        fields: dict[str, str | bool | None] = {}
+        numbers: dict[str, float] = {}
+        for key in keys:
+            if key not in payload:
+                continue
+            number = _number(payload[key])
+            if number is not None:
+                numbers[key] = number
+            else:
+                fields[key] = _field_value(payload[key])
+        if not fields and not numbers:
+            continue
+        scope = "batch" if kind in BATCH_SCOPED_TYPES else det.group
+        group_key = (scope, tuple(sorted((k, repr(v)) for k, v in fields.items())))
+        acc, kept_fields, series, count = groups.setdefault(group_key, (_GroupAcc(), fields, {}, [0]))
+        acc.add(det)
+        count[0] += 1
+        for key, number in numbers.items():
+            series.setdefault(key, []).append(number)
+    observations = []
+    for (scope, _), (acc, fields, series, count) in groups.items():
+        ref = acc.ref()
+        if scope == "batch":
+            ref["track_id"] = None
+        observations.append(
+            Observation(
+                **ref,
+                fields=fields,
+                numbers={
+                    key: NumberRange(
+                        min=min(vals),
+                        max=max(vals),
+                        first=vals[0],
+                        last=vals[-1],
+                        top=sorted(vals, reverse=True)[:TOP_READINGS],
+                    )
+                    for key, vals in series.items()
+                },
+                count=count[0],
+            )
+        )
+    return observations
+
+
+# ----------------------------------------------------------------------------------------------- entry point
+def build_context(
+    batch: Mapping[str, Any],
+    detections: Sequence[Mapping[str, Any]],
+    *,
+    quality_level: str,
+    clip_noise_threshold: float,
+    camera_profile: CameraProfile | None = None,
+    missing_types: Iterable[str] = (),
+    fast_path_labels: Iterable[str] = ("person",),
+    fast_path_confidence: float = 0.90,
+    history: HistoryFacts | None = None,
+) -> EnrichedContext:
+    """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit;
+    `history` the batch's history facts (storage/history.py + core/context/history.py), rendered as two sections."""
+    if quality_level not in QUALITY_LEVEL_TYPES:
+        raise ValueError(
+            f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}"
+        )
+    missing = sorted(set(missing_types))
+    unknown = [t for t in missing if t not in ENRICHMENT_TYPES]
+    if unknown:
+        raise ValueError(f"unknown enrichment types in missing_types: {unknown}; known: {list(ENRICHMENT_TYPES)}")
+    info = BatchInfo(
+        batch_id=str(batch["batch_id"]),
+        camera_id=str(batch["camera_id"]),
+        started_at=_as_datetime(batch["started_at"]),
+        last_ts=_as_datetime(batch.get("last_ts") or batch["started_at"]),
+        closes_at=_as_datetime(batch["closes_at"]) if batch.get("closes_at") else None,
+        close_reason=str(batch.get("close_reason") or "window"),
+        detection_count=int(batch.get("detection_count") or len(detections)),
+    )
+    fast_labels = frozenset(fast_path_labels)
+    dets = sorted((_Det(d, fast_labels, fast_path_confidence) for d in detections), key=lambda d: (d.ts, d.id))
+    if info.close_reason == "fast_path":
+        for det in dets:
+            det.fast_path = True
+    included = QUALITY_LEVEL_TYPES[quality_level]
+    scene = _summarise_scene(dets)
+    lighting = max(scene.lighting.items(), key=lambda kv: kv[1])[0] if scene and scene.lighting else None
+    tz = camera_profile.tz if camera_profile is not None else ZoneInfo("UTC")
+    return EnrichedContext(
+        batch=info,
+        quality_level=quality_level,  # type: ignore[arg-type]
+        types_included=list(included),
+        missing_types=missing,
+        camera_profile=camera_profile,
+        detections=_summarise_detections(info, dets, tz, lighting),
+        scene=scene,
+        florence=_summarise_florence(dets) if "florence" in included else None,
+        clip=_summarise_clip(dets, clip_noise_threshold) if "clip" in included else None,
+        observations={
+            kind: obs
+            for kind in included
+            if kind in OBSERVATION_FIELDS and (obs := _summarise_observations(kind, dets))
+        },
+        history=history,
+    )

@@ -1,0 +1,479 @@
+"""The evidence floor: the lowest risk score the structured evidence of a batch justifies, whatever the model says.
+
+Pure code (no Dagster, DuckDB or I/O). The stored verdict is max(model score, floor) (core/verdict/final.py), so a model
+that copies a worked example's "8" cannot talk a crowbar at the back door down to "low". The floor never lowers a
+verdict, and it reads only closed-vocabulary or numeric inputs: detector labels, numbers, booleans, action labels
+from the action model's label set, the hour, the track's timestamps, zone names and the history facts. Captions,
+clothing descriptions, scene text and every other free text never raise or lower it (they can carry injected text).
+
+The rules (each names the structured fields it reads; the floor is the highest score of the rules that fire):
+
+rule              | reads                                   | fires when                                   | score
+------------------|-----------------------------------------|----------------------------------------------|------------
+weapon            | detections.items[].label, .confidence   | >= weapon_min_detections detections labelled | 90 critical
+                  |                                         | a weapon_labels entry, confidence >= min     |
+violence          | violence.score of a track (count, top)  | >= violence_min_frames readings of ONE track | 90 critical
+                  |                                         | >= violence_threshold (not one noisy frame)  |
+forcing           | action.label, action.score, track zone, | a forcing_actions label on >= action_min_    | 90 critical
+                  | profile.entry_zones                     | frames frames, at an entry zone              |
+                  |                                         | ... elsewhere (a car window, the shed)       | 75 high
+probing           | action.label, action.score, reid.known  | a probing_actions label (handles, windows,   | 70 high
+                  |                                         | cars, packages) by a person not known        |
+tool              | detections.items[].label, reid.known    | a tool_labels label (COCO scissors, baseball | 70 high
+                  |                                         | bat, ...) with a person not known            |
+watching          | action.label, action.score, reid.known  | a watching_actions label (photographing the  | 45 medium
+                  |                                         | house) by a person not known                 |
+person at night   | reid.known, hour, track zones,          | a person not known on an entry or private    | 70 high
+                  | profile.entry_zones / private_zones     | zone in the night hours                      |
+vehicle at night  | reid.known, hour, track zones, label    | a vehicle or object (not an animal) not known| 45 medium
+                  |                                         | on an entry or private zone, night hours     |
+loitering         | track first_ts..last_ts, reid.known,    | a person not known stays >= loiter_seconds   | 45 medium
+                  | track zones, detections.is_dark         | on an entry or private zone in the dark      |
+unusual here      | history.unusual_labels, reid.known,     | "person" unusual here at this hour, a person | 45 medium
+                  | track zones                             | not known on an entry or private zone        |
+path to entry     | history.path_to_entry, reid.known, hour | a person not known ends a path of >= 2       | 45 medium
+                  |                                         | cameras towards this one (night hours: 70)   |
+after an alert    | history.recent_activity[].risk_level,   | another camera was high or critical in the   | 70 high
+                  | reid.known                              | history window and a person not known is here|
+
+The presence rules (person/vehicle at night, loitering) count a track only when its best detector confidence
+is >= `presence_min_confidence` (a rain streak read as a person at 0.3 is not a person at the door).
+"Not known" means no re-identification reading of that track (or untracked detection) says `known: true`; a
+track with no re-id at all is not known (the floor errs towards an alert). The night hours are local hours of the
+camera's time zone (the profile's; UTC without one) in [`night_start_hour`, `night_end_hour`).
+
+Malformed inputs (a field of the wrong type, a number out of range) are ignored: the rule reads on without them and
+`Floor.ignored` carries one line naming the detection(s) and the field; never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.enrichment import EnrichedContext, NumberRange, Observation
+from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.prompt.risk_schema import level_for_score
+
+CRITICAL, HIGH, MEDIUM = 90, 70, 45
+FORCING_ELSEWHERE = 75
+ALERT_LEVELS = frozenset({"high", "critical"})
+
+# COCO's own weapon-like classes are knife, scissors and baseball bat; scissors and a bat are also garden and play
+# tools, so they are "tools" (high with a stranger) and only unambiguous weapons are "weapons" (critical).
+DEFAULT_WEAPON_LABELS = ("knife", "gun", "handgun", "pistol", "rifle", "shotgun", "firearm", "machete", "weapon")
+DEFAULT_TOOL_LABELS = ("scissors", "baseball bat", "crowbar", "hammer", "axe", "bolt cutters")
+# Action-model labels (a closed label set). A label matches an entry when it equals it or starts with it + " ".
+DEFAULT_FORCING_ACTIONS = (
+    "breaking",
+    "breaking in",
+    "forcing",
+    "prying",
+    "smashing",
+    "kicking a door",
+    "climbing in",
+    "climbing through a window",
+    "fighting",
+    "punching",
+    "kicking",
+    "attacking",
+    "assaulting",
+    "threatening",
+)
+DEFAULT_PROBING_ACTIONS = (
+    "trying the door handle",
+    "trying a door handle",
+    "trying door handles",
+    "trying handles",
+    "trying the car door",
+    "trying a car door",
+    "trying car doors",
+    "looking through a window",
+    "looking into a window",
+    "looking into a car",
+    "looking into a vehicle",
+    "looking into vehicles",
+    "peering into",
+    "taking a package",
+    "picking up a package",
+    "stealing",
+    "carrying items away",
+)
+
+
+DEFAULT_WATCHING_ACTIONS = ("taking a photo", "photographing", "filming")
+
+
+def normalise_label(text: str) -> str:
+    """Lower case, single spaces: how labels and vocabulary entries are compared."""
+    return " ".join(text.lower().replace("_", " ").split())
+
+
+@dataclass(frozen=True)
+class EvidenceRules:
+    """The floor's vocabularies and thresholds (settings override some: HsiSettings.evidence_rules())."""
+
+    weapon_labels: tuple[str, ...] = DEFAULT_WEAPON_LABELS
+    tool_labels: tuple[str, ...] = DEFAULT_TOOL_LABELS
+    weapon_min_confidence: float = 0.5
+    weapon_min_detections: int = 2
+    forcing_actions: tuple[str, ...] = DEFAULT_FORCING_ACTIONS
+    probing_actions: tuple[str, ...] = DEFAULT_PROBING_ACTIONS
+    watching_actions: tuple[str, ...] = DEFAULT_WATCHING_ACTIONS
+    action_min_score: float = 0.5
+    action_min_frames: int = 2
+    violence_threshold: float = 0.6
+    violence_min_frames: int = 2
+    night_start_hour: int = 23
+    night_end_hour: int = 5
+    loiter_seconds: float = 60.0
+    presence_min_confidence: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("weapon_min_confidence", "action_min_score", "violence_threshold", "presence_min_confidence"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"EvidenceRules.{name} must be between 0 and 1, got {getattr(self, name)}")
+        for name in ("weapon_min_detections", "action_min_frames", "violence_min_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EvidenceRules.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("night_start_hour", "night_end_hour"):
+            if not 0 <= getattr(self, name) <= 23:
+                raise ValueError(f"EvidenceRules.{name} must be an hour 0-23, got {getattr(self, name)}")
+
+    def is_night(self, hour: int) -> bool:
+        start, end = self.night_start_hour, self.night_end_hour
+        return start <= hour < end if start <= end else hour >= start or hour < end
+
+    @staticmethod
+    def matches(label: str, vocabulary: Iterable[str]) -> str | None:
+        """The vocabulary entry the label is (or begins with, as a whole phrase), else None."""
+        text = normalise_label(label)
+        for entry in vocabulary:
+            key = normalise_label(entry)
+            if key and (text == key or text.startswith(key + " ")):
+                return entry
+        return None
+
+
+@dataclass(frozen=True)
+class Floor:
+    score: int  # 0 when no rule fires
+    level: str  # core.prompt.risk_schema.level_for_score(score)
+    reasons: tuple[str, ...]  # one line per rule that fired, naming the fields it read
+    ignored: tuple[str, ...]  # malformed inputs ignored, each naming the detection and field
+
+
+# ----------------------------------------------------------------------------------------------- reading the context
+@dataclass
+class _Actor:
+    """What the floor knows about one track (or one untracked detection)."""
+
+    key: str
+    label: str = "unknown"
+    known: bool = False
+    zones: set[str] = field(default_factory=set)
+    dwell_s: float = 0.0
+    confidence: float = 1.0
+
+
+def _who(obs: Observation) -> str:
+    return f"track {obs.track_id}" if obs.track_id else f"detection {', '.join(obs.detection_ids[:3])}"
+
+
+def _key(obs: Observation) -> str:
+    return f"t:{obs.track_id}" if obs.track_id else f"d:{obs.detection_ids[0] if obs.detection_ids else '?'}"
+
+
+class _Reader:
+    """Typed views of the context; wrong types and out-of-range numbers are recorded in `ignored`."""
+
+    def __init__(self, context: EnrichedContext) -> None:
+        self.context = context
+        self.ignored: list[str] = []
+        self.actors: dict[str, _Actor] = {}
+        for track in context.detections.tracks:
+            label = next(iter(track.labels), "unknown")
+            self.actors[f"t:{track.track_id}"] = _Actor(
+                f"t:{track.track_id}",
+                label,
+                zones=set(track.zones),
+                dwell_s=track.dwell_s,
+                confidence=track.max_confidence,
+            )
+        for item in context.detections.items:
+            if item.track_id is None:
+                self.actors[f"d:{item.detection_id}"] = _Actor(
+                    f"d:{item.detection_id}",
+                    item.label,
+                    zones={item.zone} if item.zone else set(),
+                    confidence=item.confidence,
+                )
+        for obs in self.observations("reid"):
+            known = self.boolean(obs, "reid", "known")
+            actor = self.actors.get(_key(obs))
+            if actor is not None and known is True:
+                actor.known = True
+        for obs in self.observations("reid"):  # a track also read as unknown is not known (a conflicting re-id)
+            actor = self.actors.get(_key(obs))
+            if actor is not None and obs.fields.get("known") is False:
+                actor.known = False
+
+    def observations(self, kind: str) -> list[Observation]:
+        return list(self.context.observations.get(kind, ()))
+
+    def _ignore(self, obs: Observation, kind: str, name: str, why: str) -> None:
+        line = f"{kind}.{name} of {_who(obs)}: {why}; ignored"
+        if line not in self.ignored:
+            self.ignored.append(line)
+
+    def boolean(self, obs: Observation, kind: str, name: str) -> bool | None:
+        if name in obs.numbers:
+            self._ignore(obs, kind, name, f"expected true/false, got the number {obs.numbers[name].max:g}")
+            return None
+        if name not in obs.fields:
+            return None
+        value = obs.fields[name]
+        if isinstance(value, bool):
+            return value
+        self._ignore(obs, kind, name, f"expected true/false, got {value!r}")
+        return None
+
+    def text(self, obs: Observation, kind: str, name: str) -> str | None:
+        if name in obs.numbers:
+            self._ignore(obs, kind, name, f"expected a label, got the number {obs.numbers[name].max:g}")
+            return None
+        value = obs.fields.get(name)
+        if value is None and name in obs.fields:
+            self._ignore(obs, kind, name, "expected a label, got null or a structure")
+            return None
+        if isinstance(value, bool):
+            self._ignore(obs, kind, name, f"expected a label, got {value!r}")
+            return None
+        return value
+
+    def unit_number(self, obs: Observation, kind: str, name: str) -> NumberRange | None:
+        """A 0..1 reading (a score); out of range or not a number -> ignored."""
+        if name in obs.fields:
+            self._ignore(obs, kind, name, f"expected a number 0-1, got {obs.fields[name]!r}")
+        reading = obs.numbers.get(name)
+        if reading is None:
+            return None
+        values = (reading.min, reading.max, *reading.top)
+        if not all(math.isfinite(v) and 0 <= v <= 1 for v in values):
+            self._ignore(obs, kind, name, f"expected a number 0-1, got {reading.min:g}..{reading.max:g}")
+            return None
+        return reading
+
+    def actor(self, obs: Observation) -> _Actor:
+        return self.actors.get(_key(obs)) or _Actor(_key(obs), obs.label)
+
+    def people(self) -> list[_Actor]:
+        return [a for a in self.actors.values() if a.label == "person"]
+
+
+def frames_at_or_above(reading: NumberRange, count: int, threshold: float) -> int:
+    """How many readings of an observation reached `threshold`, as far as the summary can tell (a lower bound when
+    the observation has more frames than `top` keeps and all kept ones reached it)."""
+    if reading.min >= threshold:
+        return count
+    if reading.top:
+        return sum(value >= threshold for value in reading.top)
+    # A context stored before `top` existed: first, last and max are three readings we know.
+    known = [reading.first, reading.last] if count >= 2 else [reading.max]
+    return max(sum(v >= threshold for v in known), int(reading.max >= threshold))
+
+
+def _local_hour(context: EnrichedContext, profile: CameraProfile | None) -> tuple[int, str]:
+    zone_name = profile.timezone if profile is not None else context.detections.timezone
+    try:
+        zone = ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone, zone_name = ZoneInfo("UTC"), "UTC"
+    moment: datetime = context.detections.first_ts or context.batch.started_at
+    return moment.astimezone(zone).hour, zone_name
+
+
+# ----------------------------------------------------------------------------------------------- the rules
+class _Fired:
+    """The rules that fired; `reasons()` puts the deciding (highest) one first."""
+
+    def __init__(self) -> None:
+        self.score = 0
+        self._fired: list[tuple[int, str]] = []
+
+    def add(self, score: int, reason: str) -> None:
+        self.score = max(self.score, score)
+        self._fired.append((score, f"{reason} -> {score} {level_for_score(score)}"))
+
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(reason for _, reason in sorted(self._fired, key=lambda item: -item[0]))
+
+
+def _labelled(context: EnrichedContext, labels: Sequence[str], min_confidence: float) -> dict[str, list[str]]:
+    """Detector labels are matched whole (a `knife` detection, not a `knife block`)."""
+    wanted = {normalise_label(label) for label in labels}
+    found: dict[str, list[str]] = {}
+    for item in context.detections.items:
+        if normalise_label(item.label) in wanted and item.confidence >= min_confidence:
+            found.setdefault(item.label, []).append(item.detection_id)
+    return found
+
+
+def _weapon_and_tool(context: EnrichedContext, reader: _Reader, rules: EvidenceRules, fired: _Fired) -> None:
+    for label, ids in _labelled(context, rules.weapon_labels, rules.weapon_min_confidence).items():
+        if len(ids) >= rules.weapon_min_detections:
+            fired.add(
+                CRITICAL,
+                f"weapon: detections.label {label!r} on {len(ids)} detections ({', '.join(ids[:3])}) at confidence "
+                f">= {rules.weapon_min_confidence}",
+            )
+    strangers = [a for a in reader.people() if not a.known]
+    if not strangers:
+        return
+    for label, ids in _labelled(context, rules.tool_labels, rules.weapon_min_confidence).items():
+        fired.add(
+            HIGH,
+            f"tool: detections.label {label!r} ({', '.join(ids[:3])}) with a person not re-identified as known "
+            f"(reid.known, {strangers[0].key})",
+        )
+
+
+def _violence(reader: _Reader, rules: EvidenceRules, fired: _Fired) -> None:
+    for obs in reader.observations("violence"):
+        reading = reader.unit_number(obs, "violence", "score")
+        if reading is None:
+            continue
+        frames = frames_at_or_above(reading, obs.count, rules.violence_threshold)
+        if frames >= rules.violence_min_frames:
+            fired.add(
+                CRITICAL,
+                f"violence: violence.score >= {rules.violence_threshold} on {frames} of {obs.count} frames of "
+                f"{_who(obs)} (max {reading.max:.2f})",
+            )
+
+
+def _actions(reader: _Reader, profile: CameraProfile | None, rules: EvidenceRules, fired: _Fired) -> None:
+    entry_zones = set(profile.entry_zones) if profile is not None else set()
+    for obs in reader.observations("action"):
+        label = reader.text(obs, "action", "label")
+        score = reader.unit_number(obs, "action", "score")
+        if not label or obs.count < rules.action_min_frames:
+            continue
+        if score is not None and score.max < rules.action_min_score:
+            continue
+        actor = reader.actor(obs)
+        seen = f"action.label {label!r} on {obs.count} frames of {_who(obs)}"
+        if rules.matches(label, rules.forcing_actions):
+            at_entry = sorted(actor.zones & entry_zones)
+            if at_entry:
+                fired.add(CRITICAL, f"forcing: {seen} at entry zone {at_entry[0]!r} (zone, profile.entry_zones)")
+            else:
+                fired.add(FORCING_ELSEWHERE, f"forcing: {seen}, not at an entry zone")
+        elif rules.matches(label, rules.probing_actions) and not actor.known:
+            fired.add(HIGH, f"probing: {seen}, not re-identified as known (reid.known)")
+        elif rules.matches(label, rules.watching_actions) and not actor.known:
+            fired.add(MEDIUM, f"watching: {seen}, not re-identified as known (reid.known)")
+
+
+def _presence(
+    reader: _Reader, profile: CameraProfile | None, rules: EvidenceRules, hour: int, zone_name: str, fired: _Fired
+) -> None:
+    if profile is None:
+        return
+    entry, private = set(profile.entry_zones), set(profile.private_zones)
+    night = rules.is_night(hour)
+    suspicious_keys = set()
+    for obs in reader.observations("clothing"):
+        if reader.boolean(obs, "clothing", "suspicious") is True:
+            suspicious_keys.add(_key(obs))
+    when = f"local hour {hour:02d} ({zone_name})"
+    dark = reader.context.detections.is_dark
+    for actor in reader.actors.values():
+        if actor.known or actor.confidence < rules.presence_min_confidence:
+            continue
+        watched = sorted(actor.zones & entry) + sorted(actor.zones & private)
+        if not watched:
+            continue
+        who = f"{actor.label} {actor.key} not re-identified as known (reid.known)"
+        if actor.label == "person" and night:
+            masked = ", clothing.suspicious true" if actor.key in suspicious_keys else ""
+            kind = "entry" if watched[0] in entry else "private"
+            fired.add(HIGH, f"person at night: {who}{masked} on {kind} zone {watched[0]!r}, {when}")
+        elif night and actor.label not in _ANIMALS:
+            fired.add(MEDIUM, f"vehicle or object at night: {who} on zone {watched[0]!r}, {when}")
+        if actor.label == "person" and dark and actor.dwell_s >= rules.loiter_seconds:
+            fired.add(
+                MEDIUM,
+                f"loitering in the dark: {who} stays {actor.dwell_s:.0f} s (track dwell) on zone {watched[0]!r}, "
+                f"detections.is_dark (scene.lighting / local hour)",
+            )
+
+
+_ANIMALS = frozenset({"cat", "dog", "bird", "fox", "deer", "hedgehog", "badger", "horse", "sheep", "cow", "animal"})
+
+
+def _history(
+    reader: _Reader,
+    profile: CameraProfile | None,
+    history: HistoryFacts,
+    rules: EvidenceRules,
+    hour: int,
+    fired: _Fired,
+) -> None:
+    strangers = [a for a in reader.people() if not a.known]
+    if not strangers:
+        return
+    watched = set(profile.entry_zones) | set(profile.private_zones) if profile is not None else set()
+    on_watched = [a for a in strangers if a.zones & watched]
+    if "person" in history.unusual_labels and on_watched:
+        fired.add(
+            MEDIUM,
+            f"unusual here: history.unusual_labels has 'person' at local hour {history.local_hour:02d} and "
+            f"{on_watched[0].key} (not known) is on zone {sorted(on_watched[0].zones & watched)[0]!r}",
+        )
+    if len(history.path_to_entry) >= 2:
+        score = HIGH if rules.is_night(hour) else MEDIUM
+        fired.add(
+            score,
+            f"path to entry: history.path_to_entry {' -> '.join(history.path_to_entry)} ends here with a person not "
+            f"known ({strangers[0].key}), local hour {hour:02d}",
+        )
+    alerts = [event for event in history.recent_activity if event.risk_level in ALERT_LEVELS]
+    if alerts:
+        event = alerts[-1]
+        fired.add(
+            HIGH,
+            f"after an alert: history.recent_activity: camera {event.camera_id!r} was {event.risk_level} "
+            f"{event.seconds_before:.0f} s before, and a person not known ({strangers[0].key}) is here",
+        )
+
+
+def evidence_floor(
+    context: EnrichedContext,
+    profile: CameraProfile | None,
+    history: HistoryFacts | None = None,
+    rules: EvidenceRules | None = None,
+) -> Floor:
+    """The floor of one batch (or of the detections seen so far): the rules above, never an exception on bad
+    enrichment. `profile` None: the zone rules do not fire (no entry or private zones are known)."""
+    rules = rules or EvidenceRules()
+    profile = profile if profile is not None else context.camera_profile
+    reader = _Reader(context)
+    fired = _Fired()
+    hour, zone_name = _local_hour(context, profile)
+    _weapon_and_tool(context, reader, rules, fired)
+    _violence(reader, rules, fired)
+    _actions(reader, profile, rules, fired)
+    _presence(reader, profile, rules, hour, zone_name, fired)
+    if history is not None:
+        _history(reader, profile, history, rules, hour, fired)
+    return Floor(
+        score=fired.score,
+        level=level_for_score(fired.score),
+        reasons=fired.reasons(),
+        ignored=tuple(reader.ignored),
+    )
