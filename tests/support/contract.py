@@ -1,4 +1,4 @@
-"""The tables and columns of contract section 3 (../shared/contracts/detections.md), written out from its text."""
+"""The tables and columns of contract section 3 (docs/contract.md), written out from its text."""
 
 CONTRACT_COLUMNS: dict[str, tuple[str, ...]] = {
     "detections": (
