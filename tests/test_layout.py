@@ -1,6 +1,7 @@
 """The package layout rules (see the README's map), checked on the source with `ast`: SQL (calls and text) only in
 storage/, environment writes only in cli/, Dagster only in the Dagster face, resources and cli/, core/ pure (no
-DuckDB, HTTP, Dagster or file I/O), and the module import graph layered and free of cycles.
+DuckDB, HTTP, Dagster or file I/O), and the module import graph layered and free of cycles. The README's map names
+every package module and test folder and only paths that exist; the README stays under 400 lines without dates.
 
 `.venv/bin/pytest tests/test_layout.py -q` is the command; each failure names the module, the line and the rule.
 """
@@ -468,6 +469,103 @@ def test_core_is_a_handful_of_stage_folders() -> None:
     assert {stage: n for stage, n in lines.items() if n > total / 4} == {}, lines
 
 
+# The README's map: a table under "## Map" whose first cell names one or more folders (`hsi_dagster/llm/`) and
+# whose second cell names that folder's modules, without `.py` (`client` `router`). Every package folder with a
+# module and every test folder has a row (other folders may have one too); every module of the package is named in
+# its folder's row; every path the section names (a backticked name with a `/`, or a link) exists, from the
+# repository root or from the package.
+ROOT = PACKAGE.parent
+README = ROOT / "README.md"
+README_MAX_LINES = 400
+DATED = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+
+
+def readme_map(text: str) -> str:
+    """The README's "## Map" section, up to the next second-level heading."""
+    found = re.search(r"^## Map\b.*?$(.*?)(?=^## |\Z)", text, flags=re.MULTILINE | re.DOTALL)
+    return found.group(1) if found else ""
+
+
+def map_rows(section: str) -> dict[str, set[str]]:
+    """Folder (as written, ending in `/`) -> the modules its row names."""
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        folders = re.findall(r"`([^`\s]+/)`", cells[0]) if cells else []
+        if not folders or re.sub(r"`[^`]*`", "", cells[0]).strip():
+            continue
+        modules = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", cells[1])) if len(cells) > 1 else set()
+        for folder in folders:
+            rows.setdefault(folder, set()).update(modules if len(folders) == 1 else set())
+    return rows
+
+
+def tree_rows() -> dict[str, set[str]]:
+    """What the map must name: each package folder with a module -> its modules; each test folder -> nothing."""
+    rows: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        folder = path.parent.relative_to(ROOT).as_posix() + "/"
+        rows.setdefault(folder, set())
+        if path.stem != "__init__":
+            rows[folder].add(path.stem)
+    tests = ROOT / "tests"
+    for folder in sorted([tests, *(p for p in tests.rglob("*") if p.is_dir() and p.name != "__pycache__")]):
+        rows.setdefault(folder.relative_to(ROOT).as_posix() + "/", set())
+    return rows
+
+
+def map_differences(named: dict[str, set[str]], tree: dict[str, set[str]]) -> list[str]:
+    """What to change in the map, one line each, ready to act on."""
+    changes = []
+    for folder, modules in sorted(tree.items()):
+        if folder not in named:
+            listed = " ".join(f"`{m}`" for m in sorted(modules))
+            changes.append(f"add a row: | `{folder}` | {listed} | <its job> |")
+        elif folder.startswith(PACKAGE.name + "/") and (missing := modules - named[folder]):
+            changes.append(f"add to the row of `{folder}`: {' '.join(f'`{m}`' for m in sorted(missing))}")
+    for folder, modules in sorted(named.items()):
+        if folder not in tree and folder.startswith((PACKAGE.name + "/", "tests/")) and not (ROOT / folder).is_dir():
+            changes.append(f"remove the row of `{folder}` (no such folder)")
+        elif folder in tree and (extra := modules - tree[folder]):
+            changes.append(f"remove from the row of `{folder}`: {' '.join(f'`{m}`' for m in sorted(extra))}")
+    return changes
+
+
+def missing_paths(section: str) -> list[str]:
+    named = re.findall(r"`([^`\s]*/[^`\s]*)`", section) + re.findall(r"\]\(([^)\s#]+)", section)
+    return sorted(
+        {
+            name
+            for name in named
+            if "://" not in name
+            and not name.startswith("/")  # an HTTP path such as /api/events
+            and not (ROOT / name).exists()
+            and not (PACKAGE / name).exists()
+        }
+    )
+
+
+def test_the_readme_map_names_every_module_and_test_folder() -> None:
+    """The README's map against the tree. A failure lists the edits to make in the "## Map" table."""
+    section = readme_map(README.read_text(encoding="utf-8"))
+    assert section, 'README.md has no "## Map" section'
+    changes = map_differences(map_rows(section), tree_rows())
+    assert changes == [], "README.md's map is behind the tree; in its table:\n" + "\n".join(changes)
+
+
+def test_every_path_in_the_readme_map_exists() -> None:
+    missing = missing_paths(readme_map(README.read_text(encoding="utf-8")))
+    assert missing == [], f"README.md's map names paths that do not exist: {missing}"
+
+
+def test_the_readme_is_a_short_guide_without_dated_measurements() -> None:
+    """The README stays a user's guide: under 400 lines, every dated run in docs/measurements.md."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    dated = [f"line {n}: {line.strip()[:80]}" for n, line in enumerate(lines, 1) if DATED.search(line)]
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines: move reference to a docs/ page"
+    assert dated == [], f"dated text in README.md (its place is docs/measurements.md): {dated}"
+
+
 def test_the_checks_find_what_they_look_for() -> None:
     """Each check on a snippet that breaks its rule, so an empty result above means something."""
     assert sql_calls(ast.parse("conn.execute('SELECT 1')\nrel.sql('x')\ncur.executemany('x', [])")) == [
@@ -520,3 +618,20 @@ def test_the_checks_find_what_they_look_for() -> None:
         "line 1: import dagster",
         "line 2: from dagster_duckdb import ...",
     ]
+    section = (
+        "\n| folder | modules | job |\n|---|---|---|\n| `hsi_dagster/llm/` | `client` `gone` | the client |\n"
+        "| `tests/a/` `tests/b/` | | two test folders |\n| promise | `wc -l hsi_dagster/no/such.py` |\n"
+        "See `docs/nowhere.md` and [x](docs/contract.md).\n"
+    )
+    named = map_rows(section)
+    assert named == {"hsi_dagster/llm/": {"client", "gone"}, "tests/a/": set(), "tests/b/": set()}
+    tree = {"hsi_dagster/llm/": {"client", "router"}, "hsi_dagster/new/": {"x"}, "tests/a/": set(), "tests/c/": set()}
+    assert map_differences(named, tree) == [
+        "add to the row of `hsi_dagster/llm/`: `router`",
+        "add a row: | `hsi_dagster/new/` | `x` | <its job> |",
+        "add a row: | `tests/c/` |  | <its job> |",
+        "remove from the row of `hsi_dagster/llm/`: `gone`",
+        "remove the row of `tests/b/` (no such folder)",
+    ]
+    assert missing_paths(section) == ["docs/nowhere.md", "tests/a/", "tests/b/"]
+    assert readme_map("# t\n## Map\nthe map\n## Next\nnot it\n") == "\nthe map\n"
