@@ -566,6 +566,23 @@ def test_the_readme_is_a_short_guide_without_dated_measurements() -> None:
     assert dated == [], f"dated text in README.md (its place is docs/measurements.md): {dated}"
 
 
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a markdown file (`[text](target)`) whose target does not exist beside it."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8"))
+    return [
+        target
+        for target in targets
+        if "://" not in target
+        and not target.startswith(("#", "mailto:"))
+        and not (path.parent / target.split("#")[0]).exists()
+    ]
+
+
+def test_links_of_the_readme_and_the_docs_pages_resolve() -> None:
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    assert {page.relative_to(ROOT).as_posix(): found for page in pages if (found := broken_links(page))} == {}
+
+
 def test_the_checks_find_what_they_look_for() -> None:
     """Each check on a snippet that breaks its rule, so an empty result above means something."""
     assert sql_calls(ast.parse("conn.execute('SELECT 1')\nrel.sql('x')\ncur.executemany('x', [])")) == [
