@@ -19,7 +19,7 @@ from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.history import prune_activity
 
 # One run per batch. Steps mostly wait on HTTP, so they run in the run's own process: a subprocess per step would
-# add seconds per batch (see the README's overhead figures).
+# add seconds per batch (docs/dagster.md, "Executor").
 batch_pipeline_job = dg.define_asset_job(
     "batch_pipeline",
     selection=[detection_batches, enriched_contexts, budgeted_prompts, risk_assessments],

@@ -53,7 +53,7 @@ def run_demo(
     frigate: Sequence[str] = (),
     frigate_config: str | None = None,
 ) -> int:
-    """The demo on simulated detections, or on a recorded Frigate night (`frigate` files, README "Frigate input")."""
+    """The demo on simulated detections, or on a recorded Frigate night (`frigate` files, docs/frigate.md)."""
     resolutions = _frigate_resolutions(settings, frigate, frigate_config)  # refused before anything starts
     from hsi_dagster.cli.instance import ensure_dagster_home
     from hsi_dagster.cli.process import process

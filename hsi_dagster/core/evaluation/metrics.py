@@ -1,6 +1,6 @@
 """Judgment-quality metrics of one configuration (endpoint, model, prompt, quality level) on the labeled scenarios.
 
-Pure functions over plain values. Definitions (the README's "Evaluation" section repeats them):
+Pure functions over plain values. Definitions (docs/evaluation.md repeats them):
 - schema-valid rate: share of scenarios whose final output (after the production's one repair attempt) parsed into
   a risk assessment (`status == "ok"`).
 - level accuracy: share of ALL scenarios whose level equals the expected level; an invalid output counts as wrong.
