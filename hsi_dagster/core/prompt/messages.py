@@ -28,6 +28,7 @@ from hsi_dagster.core.context.enrichment import (
     EnrichedContext,
     GroupRef,
     Observation,
+    TrackSummary,
     clean_text,
 )
 from hsi_dagster.core.context.history import HistoryFacts
@@ -313,6 +314,28 @@ def _local(ts: datetime, tz: ZoneInfo) -> str:
     return ts.astimezone(tz).strftime("%H:%M:%S")
 
 
+def _track_facts(t: TrackSummary) -> str:
+    """What the detector (Frigate) says of the whole track: facts, not identities (the re-identification section
+    holds who a recogniser matched)."""
+    facts = []
+    entered = [z for z in t.entered_zones if z not in t.zones]
+    if entered:
+        facts.append("entered earlier " + ", ".join(q(z, 64) for z in entered[:5]))
+    if t.tracked_s > t.dwell_s + 1:
+        facts.append(f"in view {t.tracked_s:g} s" + (", stationary" if t.stationary else ""))
+    elif t.stationary:
+        facts.append("stationary")
+    if t.attributes:
+        facts.append("attributes " + ", ".join(f"{q(k, 32)} {v:.2f}" for k, v in list(t.attributes.items())[:6]))
+    if t.delivery:
+        facts.append(f"courier logo {q(t.delivery, 32)} (a uniform or van: not an identity)")
+    if t.plates:
+        facts.append("plate " + ", ".join(q(p, 20) for p in t.plates[:3]))
+    if t.sub_labels:
+        facts.append("sub label (not an identity) " + ", ".join(q(x, 80) for x in t.sub_labels[:3]))
+    return f" ({' / '.join(facts)})" if facts else ""
+
+
 def _detections_section(ctx: EnrichedContext) -> Section:
     d = ctx.detections
     b = ctx.batch
@@ -343,7 +366,8 @@ def _detections_section(ctx: EnrichedContext) -> Section:
         shown = d.tracks[:15]
         tracks = "; ".join(
             f"{q(t.track_id, 64)} {q(next(iter(t.labels)), 64)} x{t.detections} over {t.dwell_s:g} s"
-            + (" in " + ", ".join(q(z, 64) for z in t.zones[:3]) if t.zones else "")
+            + (" in " + ", ".join(q(z, 64) for z in t.zones[:5]) if t.zones else "")
+            + _track_facts(t)
             for t in shown
         )
         more = f"; {len(d.tracks) - len(shown)} more tracks" if len(d.tracks) > len(shown) else ""
@@ -359,7 +383,11 @@ def _detections_section(ctx: EnrichedContext) -> Section:
         notes = [n for n, on in (("fast-path", item.fast_path), ("late", item.is_late)) if on]
         line = (
             f"- {_local(item.ts, tz)} {q(item.label, 64)} {item.confidence:.2f}"
-            + (f" zone {q(item.zone, 64)}" if item.zone else "")
+            + (
+                f" zone {', '.join(q(z, 64) for z in item.zones[:5])}"
+                if item.zones
+                else (f" zone {q(item.zone, 64)}" if item.zone else "")
+            )
             + (f" track {q(item.track_id, 64)}" if item.track_id else "")
             + (f" {' '.join(notes)}" if notes else "")
             + "\n"

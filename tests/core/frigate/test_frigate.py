@@ -143,7 +143,8 @@ def test_a_recognised_face_is_reid_and_a_plate_is_vehicle_and_reid() -> None:
     assert record["enrichment"]["reid"] == {"identity": "alice", "known": True, "score": 0.93}
     car = emitted(map_event(message("new", recognized_license_plate=["KX73 ABC", 0.91]), RES)).record
     assert car["enrichment"]["vehicle"] == {"plate": "KX73 ABC"}
-    assert car["enrichment"]["reid"] == {"identity": "KX73 ABC", "known": False, "score": 0.91}
+    assert "reid" not in car["enrichment"]  # a plate read is not an identity: known plates decide (the floor)
+    assert car["enrichment"]["frigate"]["plate"] == {"text": "KX73 ABC", "score": 0.91}
     known = emitted(map_event(message("new", recognized_license_plate="KX73 ABC", sub_label=["Dad's car", 0.9]), RES))
     assert known.record["enrichment"]["reid"]["identity"] == "Dad's car" and known.record["enrichment"]["reid"]["known"]
 
@@ -171,7 +172,6 @@ def test_a_delivery_logo_is_a_uniform_or_van_not_an_identity() -> None:
         (message("new", frame_time=-5.0), "after.frame_time"),
         (message("new", score=1.5), "after.score"),
         (message("new", score=None, top_score=None), "after.score"),
-        (message("new", sub_label=[3, 0.5]), "after.sub_label[0]"),
         (message("new", current_zones="driveway"), "after.current_zones"),
         (message("new", id="x" * 65), "after.id"),
     ],
