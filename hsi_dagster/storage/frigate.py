@@ -28,10 +28,12 @@ from hsi_dagster.core.frigate.mapping import (
     SKIP_FALSE_POSITIVE,
     SKIP_NOT_A_DETECTION,
     SKIP_UNCHANGED,
+    Emit,
     Invalid,
     Outcome,
     Skip,
     Track,
+    TrackDetection,
     map_api_event,
     map_description,
     map_event,
@@ -40,7 +42,14 @@ from hsi_dagster.core.frigate.mapping import (
     to_detection,
     track_from_event,
 )
-from hsi_dagster.core.intake.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
+from hsi_dagster.core.intake.detections import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    Rejection,
+    format_ts,
+    loads_enrichment,
+    truncate_raw,
+)
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, ingest_numbered_lines
 
@@ -69,17 +78,34 @@ class FrigateReport:
     unchanged: int = 0  # periodic updates of an unchanged object (state policy)
     ignored: int = 0  # reviews, non-description object updates, other topics
     quarantined: int = 0
+    joined: int = 0  # late descriptions added to their track's recorded batch
+    rejudged: int = 0  # recorded batches asked to be judged again for them
 
     def add(self, other: FrigateReport) -> None:
-        for name in ("messages", "detections", "duplicates", "false_positives", "unchanged", "ignored", "quarantined"):
+        for name in (
+            "messages",
+            "detections",
+            "duplicates",
+            "false_positives",
+            "unchanged",
+            "ignored",
+            "quarantined",
+            "joined",
+            "rejudged",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def summary(self) -> str:
+        late = (
+            f", {self.joined} late descriptions joined their batch ({self.rejudged} judged again)"
+            if self.joined
+            else ""
+        )
         return (
             f"{self.source}: {self.messages} payloads, {self.detections} detections loaded, "
             f"{self.duplicates} already stored, {self.unchanged} unchanged updates skipped, "
             f"{self.false_positives} false positives skipped, {self.ignored} not detections, "
-            f"{self.quarantined} quarantined"
+            f"{self.quarantined} quarantined{late}"
         )
 
 
@@ -109,6 +135,79 @@ def _save_tracks(conn: duckdb.DuckDBPyConnection, tracks: Iterable[Track]) -> No
                WHERE excluded.last_seen > frigate_tracks.last_seen""",
             rows,
         )
+
+
+def _stored_latest(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, TrackDetection]:
+    """The latest stored detection (not a description) of each track: where a description of it belongs."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        """SELECT track_id, detection_id, ts, label, confidence, zone, enrichment FROM detections
+           WHERE list_contains($ids, track_id) AND detection_id NOT LIKE 'frigate:%:description:%'
+           QUALIFY row_number() OVER (PARTITION BY track_id ORDER BY ts DESC, detection_id DESC) = 1""",
+        {"ids": list(ids)},
+    ).fetchall()
+    found = {}
+    for track_id, detection_id, ts, label, confidence, zone, enrichment in rows:
+        record = {
+            "detection_id": detection_id,
+            "ts": format_ts(ts),
+            "label": label,
+            "confidence": confidence,
+            "zone": zone,
+            "enrichment": loads_enrichment(enrichment),
+        }
+        found[track_id] = TrackDetection.from_record(record)
+    return found
+
+
+def join_recorded_batches(conn: duckdb.DuckDBPyConnection, track_ids: Sequence[str]) -> tuple[int, int]:
+    """Descriptions of these tracks not in a batch whose detection (`enrichment.frigate.follows`) is in a recorded
+    batch: each is added to that batch (its ts lies in the batch's window), and the batch, if a context of it was
+    already built, is asked to be judged again (`batch_rejudgements`; storage.pipeline_tables.unassessed_batches
+    lists it until a newer context and assessment are stored). Idempotent. Returns (descriptions added, batches
+    asked to be judged again)."""
+    if not track_ids:
+        return 0, 0
+    rows = conn.execute(
+        """SELECT d.detection_id, t.batch_id, EXISTS (SELECT 1 FROM enriched_contexts c WHERE c.batch_id = t.batch_id)
+           FROM detections d
+           JOIN detections t ON t.detection_id = d.enrichment->>'$.frigate.follows' AND t.track_id = d.track_id
+           JOIN detection_batches b ON b.batch_id = t.batch_id
+           WHERE d.batch_id IS NULL AND list_contains($ids, d.track_id)
+             AND d.detection_id LIKE 'frigate:%:description:%'
+             AND d.ts BETWEEN b.started_at AND b.last_ts
+           ORDER BY d.ts, d.detection_id""",
+        {"ids": list(track_ids)},
+    ).fetchall()
+    batches: dict[str, bool] = {}
+    for detection_id, batch_id, judged in rows:
+        conn.execute(
+            "UPDATE detections SET batch_id = $batch WHERE detection_id = $id AND batch_id IS NULL",
+            {"batch": batch_id, "id": detection_id},
+        )
+        batches[batch_id] = batches.get(batch_id, False) or bool(judged)
+    for batch_id, judged in batches.items():
+        conn.execute(
+            """UPDATE detection_batches SET
+                   detection_ids = (SELECT list(detection_id ORDER BY ts, detection_id) FROM detections
+                                    WHERE batch_id = $batch),
+                   labels = (SELECT list(label ORDER BY ts, detection_id) FROM detections WHERE batch_id = $batch),
+                   detection_count = (SELECT count(*) FROM detections WHERE batch_id = $batch),
+                   has_late = has_late OR (SELECT coalesce(bool_or(is_late), false) FROM detections
+                                           WHERE batch_id = $batch)
+               WHERE batch_id = $batch""",
+            {"batch": batch_id},
+        )
+        if judged:
+            conn.execute(
+                """INSERT INTO batch_rejudgements (batch_id, reason, requested_at)
+                   VALUES ($batch, 'a late Frigate description joined the batch', now())
+                   ON CONFLICT (batch_id) DO UPDATE
+                   SET reason = excluded.reason, requested_at = excluded.requested_at""",
+                {"batch": batch_id},
+            )
+    return len(rows), sum(batches.values())
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -155,6 +254,8 @@ def load_frigate_messages(
         }
     )
     tracks = _stored_tracks(conn, wanted)
+    latest = _stored_latest(conn, wanted)
+    described: set[str] = set()
     changed: dict[str, Track] = {}
     lines: list[tuple[int, str]] = []
     rejects: list[Rejection] = []
@@ -172,8 +273,10 @@ def load_frigate_messages(
                     tracks[track.track_id] = changed[track.track_id] = track
             outcome = map_event(payload, resolutions)
         elif kind == "tracked_object_update":
-            object_id = payload.get("id") if isinstance(payload, dict) else None
-            outcome = map_description(payload, tracks.get(str(object_id)))
+            object_id = str(payload.get("id") if isinstance(payload, dict) else None)
+            outcome = map_description(payload, tracks.get(object_id), latest.get(object_id))
+            if isinstance(outcome, Emit):
+                described.add(object_id)
         elif kind == "api_event":
             outcome = map_api_event(payload)
         else:
@@ -189,8 +292,12 @@ def load_frigate_messages(
                 rejects.append(checked)
             else:
                 lines.append((message.line_no, checked[0]))
+                record = outcome.record
+                if kind == "events" and record["ts"] >= getattr(latest.get(record["track_id"]), "ts", ""):
+                    latest[record["track_id"]] = TrackDetection.from_record(record)  # a later description's place
     loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects, bounds=bounds)
     _save_tracks(conn, changed.values())
+    report.joined, report.rejudged = join_recorded_batches(conn, sorted(described))
     report.detections = loaded.loaded
     report.duplicates = loaded.duplicates
     report.quarantined = loaded.quarantined

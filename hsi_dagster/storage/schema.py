@@ -329,6 +329,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE evaluation_figures ADD COLUMN IF NOT EXISTS low_scenarios INTEGER DEFAULT 0;
         """,
     ),
+    (
+        40,  # issue 40's number: migrations are numbered ahead, by issue
+        "re-judgements: a recorded batch judged again (a late Frigate description joined it)",
+        # storage/frigate.py asks; storage/pipeline_tables.unassessed_batches lists the batch again until a context and
+        # an assessment newer than the request are stored.
+        """
+        CREATE TABLE IF NOT EXISTS batch_rejudgements (
+            batch_id VARCHAR PRIMARY KEY,
+            reason VARCHAR NOT NULL,
+            requested_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead

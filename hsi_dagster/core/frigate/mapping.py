@@ -33,9 +33,14 @@ current zones comma-joined (for display) and `enrichment.frigate` the facts the 
 `motionless_count`, and what core/frigate/identity.py reads of the sub_label, plate and attributes (identity only
 from a recogniser; an unexpected shape ignored with a reason in `ignored`).
 
-A GenAI description becomes its own detection of the same track (`frigate:<id>:description:<sha256 of the
-text>`), at the track's last known time, with the text as `enrichment.florence.caption` (cut to the contract's
-bound, the cut recorded). It needs the track's label and time from an earlier `events` payload (`Track`).
+A GenAI description becomes a detection of the same track (`frigate:<id>:description:<sha256 of the text>`) with
+the text as `enrichment.florence.caption` (cut to the contract's bound, the cut recorded). It needs the track's
+label and time from an earlier `events` payload (`Track`). It takes the time, label, score and zones of the track's
+latest DETECTION (`TrackDetection`; a description can arrive a minute after the object ended, after updates the
+state policy skipped): so it falls inside that detection's batch window, joins it by the batching rules while that
+batch is open, is fast-path exactly when that detection was, and is never a zone-less batch of its own. When that
+batch is already recorded, storage/frigate.py adds the description to it and asks for its re-judgement. Without a
+known detection (none stored) it falls back to the track's last time, without zones.
 An `/api/events` item becomes one detection `frigate:<id>:api` at `start_time` (padded by the recording's
 pre-capture up to Frigate 0.14).
 """
@@ -370,8 +375,38 @@ def track_from_event(payload: Any) -> Track | None:
 
 
 # ------------------------------------------------------------------------------------------------ descriptions
-def map_description(payload: Any, track: Track | None) -> Outcome:
-    """A `tracked_object_update` of type `description` -> a detection of its track carrying the text as a caption."""
+@dataclass(frozen=True)
+class TrackDetection:
+    """The latest detection made of a track (in the same load, or stored): where its description belongs."""
+
+    detection_id: str
+    ts: str  # the contract's RFC 3339 text
+    label: str
+    confidence: float
+    zone: str | None = None
+    current_zones: tuple[str, ...] = ()
+    entered_zones: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrackDetection:
+        """From a mapped record (`Emit.record`)."""
+        enrichment = record.get("enrichment")
+        frigate = enrichment.get("frigate") if isinstance(enrichment, dict) else None
+        frigate = frigate if isinstance(frigate, dict) else {}
+        return cls(
+            str(record["detection_id"]),
+            str(record["ts"]),
+            str(record["label"]),
+            float(record["confidence"]),
+            record.get("zone"),
+            tuple(z for z in frigate.get("current_zones") or () if isinstance(z, str)),
+            tuple(z for z in frigate.get("entered_zones") or () if isinstance(z, str)),
+        )
+
+
+def map_description(payload: Any, track: Track | None, latest: TrackDetection | None = None) -> Outcome:
+    """A `tracked_object_update` of type `description` -> a detection of its track carrying the text as a caption, at
+    the time and zones of the track's `latest` detection (module docstring)."""
     try:
         message = read_object(payload, "payload")
         if message.get("type") != "description":
@@ -392,16 +427,24 @@ def map_description(payload: Any, track: Track | None) -> Outcome:
     digest = hashlib.sha256(description.encode("utf-8", errors="replace")).hexdigest()[:16]
     enrichment: dict[str, Any] = {}
     _caption(enrichment, description)
-    enrichment.setdefault("frigate", {}).update({"source": "mqtt", "type": "description"})
-    record = {
+    frigate = enrichment.setdefault("frigate", {})
+    frigate.update({"source": "mqtt", "type": "description"})
+    record: dict[str, Any] = {
         "detection_id": f"frigate:{object_id}:description:{digest}",
         "camera_id": camera,
         "ts": epoch_to_ts(track.last_seen),
         "label": track.label,
         "confidence": track.confidence,
         "track_id": object_id,
-        "enrichment": enrichment,
     }
+    if latest is not None:
+        record.update({"ts": latest.ts, "label": latest.label, "confidence": latest.confidence, "zone": latest.zone})
+        frigate["follows"] = latest.detection_id
+        if latest.current_zones:
+            frigate["current_zones"] = list(latest.current_zones)
+        if latest.entered_zones:
+            frigate["entered_zones"] = list(latest.entered_zones)
+    record["enrichment"] = enrichment
     sources = {"detection_id": "id", "track_id": "id", "camera_id": "camera", "enrichment": "description"}
     return Emit(record, ("description",), sources)
 

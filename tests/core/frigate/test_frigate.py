@@ -17,6 +17,7 @@ from hsi_dagster.core.frigate.mapping import (
     Invalid,
     Skip,
     Track,
+    TrackDetection,
     map_api_event,
     map_description,
     map_event,
@@ -204,6 +205,21 @@ def test_a_description_is_a_caption_on_a_detection_of_its_track() -> None:
     assert record["enrichment"]["florence"] == {"caption": "A red car parks."}
     other = emitted(map_description({**payload, "description": "Another text."}, TRACK)).record
     assert other["detection_id"] != record["detection_id"]  # a regenerated description is a new detection
+
+
+def test_a_description_takes_the_time_score_and_zones_of_its_tracks_latest_detection() -> None:
+    """It may arrive a minute after the object ended, after updates the state policy skipped: placed at the latest
+    detection, it falls in that detection's batch and is fast-path exactly when that detection was."""
+    latest = TrackDetection.from_record(
+        emitted(map_event(message("new", current_zones=["street", "driveway"]), RES)).record
+    )
+    assert latest.current_zones == ("street", "driveway") and latest.entered_zones == ("street", "driveway")
+    payload = {"type": "description", "id": TRACK.track_id, "description": "A red car parks."}
+    record = emitted(map_description(payload, TRACK, latest)).record
+    assert (record["ts"], record["label"], record["confidence"]) == (latest.ts, "car", 0.86)
+    assert record["zone"] == "street,driveway" and record["enrichment"]["frigate"]["follows"] == latest.detection_id
+    assert record["enrichment"]["frigate"]["current_zones"] == ["street", "driveway"]
+    assert isinstance(to_detection(emitted(map_description(payload, TRACK, latest)), "", source="s", line_no=1), tuple)
 
 
 def test_a_long_description_is_cut_to_the_bound_and_the_cut_recorded() -> None:
