@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from hsi_dagster.core.frigate.mapping import (
     to_detection,
     track_from_event,
 )
+from hsi_dagster.core.frigate.reviews import Review, map_review, map_review_item
 from hsi_dagster.core.intake.detections import (
     DEFAULT_BOUNDS,
     Bounds,
@@ -53,6 +55,7 @@ from hsi_dagster.core.intake.detections import (
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, ingest_numbered_lines
 
+OPEN_REVIEW_SECONDS = 300  # a review without its end yet (or whose end was lost) covers this long after its start
 MAX_PAYLOAD_BYTES = 256 * 1024  # one MQTT payload or API item; Frigate's are a few KiB (path_data grows them)
 
 
@@ -80,6 +83,8 @@ class FrigateReport:
     quarantined: int = 0
     joined: int = 0  # late descriptions added to their track's recorded batch
     rejudged: int = 0  # recorded batches asked to be judged again for them
+    reviews: int = 0  # review messages stored (frigate_reviews)
+    reviews_without_detections: int = 0  # of those, reviews no stored detection of their camera falls in (kept)
 
     def add(self, other: FrigateReport) -> None:
         for name in (
@@ -92,6 +97,8 @@ class FrigateReport:
             "quarantined",
             "joined",
             "rejudged",
+            "reviews",
+            "reviews_without_detections",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -101,11 +108,16 @@ class FrigateReport:
             if self.joined
             else ""
         )
+        reviews = (
+            f", {self.reviews} review messages stored ({self.reviews_without_detections} with no detection)"
+            if self.reviews
+            else ""
+        )
         return (
             f"{self.source}: {self.messages} payloads, {self.detections} detections loaded, "
             f"{self.duplicates} already stored, {self.unchanged} unchanged updates skipped, "
             f"{self.false_positives} false positives skipped, {self.ignored} not detections, "
-            f"{self.quarantined} quarantined{late}"
+            f"{self.quarantined} quarantined{late}{reviews}"
         )
 
 
@@ -210,6 +222,82 @@ def join_recorded_batches(conn: duckdb.DuckDBPyConnection, track_ids: Sequence[s
     return len(rows), sum(batches.values())
 
 
+# ------------------------------------------------------------------------------------------------ reviews
+def _ts(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def save_reviews(conn: duckdb.DuckDBPyConnection, reviews: Sequence[Review], source: str) -> int:
+    """Upsert review items, merging a review's messages whatever their order (a redelivered older `update` keeps the
+    GenAI summary, the end time and the `alert` severity a later message set). Returns how many of them no stored
+    detection of their camera falls in (kept all the same: Frigate saw something hsi has no detection of)."""
+    for review in reviews:
+        conn.execute(
+            """INSERT INTO frigate_reviews (review_id, camera_id, start_time, end_time, severity, threat_level, objects,
+                                            zones, detections, summary, ignored, source, updated_at)
+               VALUES ($id, $camera, $start, $end, $severity, $threat, $objects, $zones, $detections,
+                       CAST($summary AS JSON), CAST($ignored AS JSON), $source, now())
+               ON CONFLICT (review_id) DO UPDATE SET
+                   start_time = least(frigate_reviews.start_time, excluded.start_time),
+                   end_time = coalesce(greatest(frigate_reviews.end_time, excluded.end_time), frigate_reviews.end_time,
+                                       excluded.end_time),
+                   severity = CASE WHEN 'alert' IN (frigate_reviews.severity, excluded.severity) THEN 'alert'
+                                   ELSE coalesce(excluded.severity, frigate_reviews.severity) END,
+                   threat_level = coalesce(excluded.threat_level, frigate_reviews.threat_level),
+                   objects = list_distinct(list_concat(frigate_reviews.objects, excluded.objects)),
+                   zones = list_distinct(list_concat(frigate_reviews.zones, excluded.zones)),
+                   detections = list_distinct(list_concat(frigate_reviews.detections, excluded.detections)),
+                   summary = coalesce(excluded.summary, frigate_reviews.summary),
+                   ignored = coalesce(excluded.ignored, frigate_reviews.ignored),
+                   updated_at = excluded.updated_at""",
+            {
+                "id": review.review_id,
+                "camera": review.camera_id,
+                "start": _ts(review.start),
+                "end": _ts(review.end),
+                "severity": review.severity,
+                "threat": review.threat_level,
+                "objects": list(review.objects),
+                "zones": list(review.zones),
+                "detections": list(review.detections),
+                "summary": json.dumps(review.summary, ensure_ascii=False) if review.summary else None,
+                "ignored": json.dumps(list(review.ignored), ensure_ascii=False) if review.ignored else None,
+                "source": source,
+            },
+        )
+    ids = sorted({review.review_id for review in reviews})
+    if not ids:
+        return 0
+    row = conn.execute(
+        """SELECT count(*) FROM frigate_reviews r
+           WHERE list_contains($ids, r.review_id) AND NOT EXISTS (
+               SELECT 1 FROM detections d WHERE d.camera_id = r.camera_id
+                   AND d.ts BETWEEN r.start_time AND coalesce(r.end_time, r.start_time + to_seconds($open)))""",
+        {"ids": ids, "open": OPEN_REVIEW_SECONDS},
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def reviews_covering(
+    conn: duckdb.DuckDBPyConnection, camera_id: str, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """The review items of a camera whose time span overlaps [start, end] (a batch's; a review without its end yet
+    spans OPEN_REVIEW_SECONDS), oldest first, `summary` parsed: what build_context's `reviews` takes."""
+    cursor = conn.execute(
+        """SELECT review_id, start_time, end_time, severity, threat_level, objects, zones, detections, summary
+           FROM frigate_reviews
+           WHERE camera_id = $camera AND start_time <= $end
+               AND coalesce(end_time, start_time + to_seconds($open)) >= $start
+           ORDER BY start_time, review_id""",
+        {"camera": camera_id, "start": start, "end": end, "open": OPEN_REVIEW_SECONDS},
+    )
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        row["summary"] = json.loads(row["summary"]) if row["summary"] else {}
+    return rows
+
+
 # ------------------------------------------------------------------------------------------------ loading
 def _decode(message: FrigateMessage) -> tuple[str | None, Any] | str:
     """(topic, parsed payload), or the reason it cannot be read."""
@@ -256,6 +344,7 @@ def load_frigate_messages(
     tracks = _stored_tracks(conn, wanted)
     latest = _stored_latest(conn, wanted)
     described: set[str] = set()
+    reviews: list[Review] = []
     changed: dict[str, Track] = {}
     lines: list[tuple[int, str]] = []
     rejects: list[Rejection] = []
@@ -277,6 +366,13 @@ def load_frigate_messages(
             outcome = map_description(payload, tracks.get(object_id), latest.get(object_id))
             if isinstance(outcome, Emit):
                 described.add(object_id)
+        elif kind == "reviews" or (kind == "api_event" and isinstance(payload, dict) and "severity" in payload):
+            review = map_review(payload) if kind == "reviews" else map_review_item(payload)  # `/api/review` items
+            if isinstance(review, str):
+                rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), review))
+            else:
+                reviews.append(review)
+            continue
         elif kind == "api_event":
             outcome = map_api_event(payload)
         else:
@@ -298,6 +394,8 @@ def load_frigate_messages(
     loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects, bounds=bounds)
     _save_tracks(conn, changed.values())
     report.joined, report.rejudged = join_recorded_batches(conn, sorted(described))
+    report.reviews = len(reviews)
+    report.reviews_without_detections = save_reviews(conn, reviews, source)
     report.detections = loaded.loaded
     report.duplicates = loaded.duplicates
     report.quarantined = loaded.quarantined

@@ -227,6 +227,29 @@ class Observation(GroupRef):
     count: int
 
 
+class ReviewFacts(_Model):
+    """A Frigate review item whose time span overlaps the batch (core/frigate/reviews.py): its severity and, when its
+    GenAI review summary arrived, that model's opinion. Evidence for the prompt, never for the floor."""
+
+    review_id: str
+    start: datetime
+    end: datetime | None = None
+    severity: str | None = None  # alert | detection | significant_motion
+    threat_level: int | None = None  # potential_threat_level 0 normal, 1 suspicious, 2 critical
+    objects: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    title: str | None = None
+    summary: str | None = None  # shortSummary
+    scene: str | None = None
+    observations: list[str] = Field(default_factory=list)
+    other_concerns: list[str] = Field(default_factory=list)
+    confidence: float | None = None
+
+
+MAX_REVIEWS = 5
+MAX_REVIEW_LINES = 6
+
+
 class EnrichedContext(_Model):
     batch: BatchInfo
     quality_level: QualityLevel
@@ -239,6 +262,7 @@ class EnrichedContext(_Model):
     clip: ClipSummary | None = None
     observations: dict[str, list[Observation]] = Field(default_factory=dict)
     history: HistoryFacts | None = None  # what is usual here and what the other cameras saw (core/context/history.py)
+    reviews: list[ReviewFacts] = Field(default_factory=list)  # Frigate's review items over the batch's time span
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -649,6 +673,37 @@ def _summarise_observations(kind: str, dets: list[_Det]) -> list[Observation]:
     return observations
 
 
+def _review_facts(rows: Iterable[Mapping[str, Any]]) -> list[ReviewFacts]:
+    """Review rows (storage.frigate.reviews_covering) as bounded, cleaned facts; unreadable rows skipped."""
+    facts = []
+    for row in rows:
+        try:
+            raw = row.get("summary")
+            summary: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+            level = row.get("threat_level")
+            confidence = _number(summary.get("confidence"))
+            facts.append(
+                ReviewFacts(
+                    review_id=clean_text(row.get("review_id"), 64) or "?",
+                    start=_as_datetime(row["start_time"]),
+                    end=_as_datetime(row["end_time"]) if row.get("end_time") else None,
+                    severity=clean_text(row.get("severity"), 32) or None,
+                    threat_level=level if isinstance(level, int) and level in (0, 1, 2) else None,
+                    objects=_names(list(row.get("objects") or []))[:10],
+                    zones=_names(list(row.get("zones") or []))[:10],
+                    title=clean_text(summary.get("title"), 120) or None,
+                    summary=clean_text(summary.get("shortSummary")) or None,
+                    scene=clean_text(summary.get("scene")) or None,
+                    observations=_names(list(summary.get("observations") or []), MAX_TEXT_CHARS)[:MAX_REVIEW_LINES],
+                    other_concerns=_names(list(summary.get("other_concerns") or []), MAX_TEXT_CHARS)[:MAX_REVIEW_LINES],
+                    confidence=confidence if confidence is not None and 0 <= confidence <= 1 else None,
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(facts, key=lambda r: (r.start, r.review_id))[:MAX_REVIEWS]
+
+
 # ----------------------------------------------------------------------------------------------- entry point
 def build_context(
     batch: Mapping[str, Any],
@@ -661,9 +716,11 @@ def build_context(
     fast_path_labels: Iterable[str] = ("person",),
     fast_path_confidence: float = 0.90,
     history: HistoryFacts | None = None,
+    reviews: Iterable[Mapping[str, Any]] = (),
 ) -> EnrichedContext:
     """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit;
-    `history` the batch's history facts (storage/history.py + core/context/history.py), rendered as two sections."""
+    `history` the batch's history facts (storage/history.py + core/context/history.py), rendered as two sections;
+    `reviews` Frigate's review items over the batch's time span (storage.frigate.reviews_covering)."""
     if quality_level not in QUALITY_LEVEL_TYPES:
         raise ValueError(
             f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}"
@@ -706,4 +763,5 @@ def build_context(
             if kind in OBSERVATION_FIELDS and (obs := _summarise_observations(kind, dets))
         },
         history=history,
+        reviews=_review_facts(reviews),
     )

@@ -92,7 +92,7 @@ EVENT_TYPES = ("new", "update", "end")
 CHANGE_KINDS = ("new", "label", "zones", "stationary", "sub_label", "plate", "moved", "dwell")
 SKIP_FALSE_POSITIVE = "false_positive"
 SKIP_UNCHANGED = "unchanged"
-SKIP_NOT_A_DETECTION = "not_a_detection"  # reviews, non-description object updates, other topics
+SKIP_NOT_A_DETECTION = "not_a_detection"  # non-description object updates, other topics
 MAX_FRIGATE_ID_CHARS = 64
 # Labels whose periodic updates are kept (change "dwell"): a person standing at the door for minutes is the scene; a
 # parked car's minute-by-minute updates are not.
@@ -158,17 +158,17 @@ def split_topic(line: str) -> tuple[str | None, str]:
 
 
 def payload_kind(payload: Any, topic: str | None = None) -> str:
-    """`events`, `tracked_object_update`, `api_event` or `other`: by topic when known, else by shape."""
+    """`events`, `tracked_object_update`, `reviews`, `api_event` or `other`: by topic when known, else by shape."""
     if topic is not None:
         suffix = topic.rsplit("/", 1)[-1]
-        if suffix in ("events", "tracked_object_update"):
+        if suffix in ("events", "tracked_object_update", "reviews"):
             return suffix
         return "other"
     if not isinstance(payload, dict):
         return "other"
     if "after" in payload or "before" in payload:
         after = payload.get("after")
-        return "other" if isinstance(after, dict) and "severity" in after else "events"  # reviews carry severity
+        return "reviews" if isinstance(after, dict) and "severity" in after else "events"  # reviews carry severity
     if payload.get("type") == "description" or ("description" in payload and "start_time" not in payload):
         return "tracked_object_update"
     if "start_time" in payload and "label" in payload:

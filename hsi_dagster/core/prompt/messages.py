@@ -336,6 +336,37 @@ def _track_facts(t: TrackSummary) -> str:
     return f" ({' / '.join(facts)})" if facts else ""
 
 
+THREAT_NAMES = {0: "normal", 1: "suspicious", 2: "critical"}
+
+
+def _review_lines(ctx: EnrichedContext) -> list[str]:
+    """Frigate's review items over this batch: its severity, and its GenAI summary as another model's unverified
+    opinion (quoted: the text may carry instructions)."""
+    tz = ctx.camera_profile.tz if ctx.camera_profile is not None else ZoneInfo("UTC")
+    lines = []
+    for r in ctx.reviews:
+        span = _local(r.start, tz) + (f"-{_local(r.end, tz)}" if r.end else "")
+        parts = [f"frigate review {span}: severity {q(r.severity or 'unknown', 32)}"]
+        if r.objects:
+            parts.append("objects " + ", ".join(q(o, 32) for o in r.objects[:5]))
+        if r.zones:
+            parts.append("zones " + ", ".join(q(z, 64) for z in r.zones[:5]))
+        if r.threat_level is not None:
+            parts.append(
+                f"Frigate's GenAI threat level {r.threat_level} ({THREAT_NAMES[r.threat_level]}; another model's "
+                "opinion, not verified)"
+            )
+        for name, text in (("title", r.title), ("summary", r.summary), ("scene", r.scene)):
+            if text:
+                parts.append(f"{name} {q(text)}")
+        if r.observations:
+            parts.append("observations " + "; ".join(q(o, 200) for o in r.observations))
+        if r.other_concerns:
+            parts.append("other concerns " + "; ".join(q(o, 200) for o in r.other_concerns))
+        lines.append(" / ".join(parts))
+    return lines
+
+
 def _detections_section(ctx: EnrichedContext) -> Section:
     d = ctx.detections
     b = ctx.batch
@@ -372,6 +403,7 @@ def _detections_section(ctx: EnrichedContext) -> Section:
         )
         more = f"; {len(d.tracks) - len(shown)} more tracks" if len(d.tracks) > len(shown) else ""
         head.append(f"tracks: {tracks}{more}")
+    head.extend(_review_lines(ctx))
     coverage = f"enrichment: quality {ctx.quality_level} ({', '.join(ctx.types_included)})"
     if ctx.missing_types:
         coverage += f"; did not arrive in time: {', '.join(ctx.missing_types)}"

@@ -302,10 +302,11 @@ def test_a_malformed_api_item_names_its_field(changes: dict, field: str) -> None
 def test_topic_lines_and_payload_kinds() -> None:
     assert split_topic('frigate/events {"type": "new"}') == ("frigate/events", '{"type": "new"}')
     assert split_topic('  {"a": 1}') == (None, '{"a": 1}')
-    assert payload_kind({}, "frigate/reviews") == "other"
+    assert payload_kind({}, "frigate/reviews") == "reviews"
+    assert payload_kind({}, "frigate/stats") == "other"
     assert payload_kind({}, "home/frigate/tracked_object_update") == "tracked_object_update"
     assert payload_kind(message()) == "events"
-    assert payload_kind({"type": "new", "after": {"severity": "alert"}}) == "other"
+    assert payload_kind({"type": "new", "after": {"severity": "alert"}}) == "reviews"
     assert payload_kind({"type": "description", "id": "x", "description": "d"}) == "tracked_object_update"
     assert payload_kind(api_item()) == "api_event"
 
