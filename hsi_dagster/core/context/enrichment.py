@@ -246,8 +246,8 @@ class ReviewFacts(_Model):
     confidence: float | None = None
 
 
-MAX_REVIEWS = 5
-MAX_REVIEW_LINES = 6
+MAX_REVIEWS = 3  # review items per batch (the prompt's detections head shows them: bounded)
+MAX_REVIEW_LINES = 3  # observations, other concerns per review
 
 
 class EnrichedContext(_Model):

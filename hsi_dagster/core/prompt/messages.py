@@ -356,13 +356,13 @@ def _review_lines(ctx: EnrichedContext) -> list[str]:
                 f"Frigate's GenAI threat level {r.threat_level} ({THREAT_NAMES[r.threat_level]}; another model's "
                 "opinion, not verified)"
             )
-        for name, text in (("title", r.title), ("summary", r.summary), ("scene", r.scene)):
+        for name, text, limit in (("title", r.title, 120), ("summary", r.summary, 300), ("scene", r.scene, 200)):
             if text:
-                parts.append(f"{name} {q(text)}")
+                parts.append(f"{name} {q(text, limit)}")
         if r.observations:
-            parts.append("observations " + "; ".join(q(o, 200) for o in r.observations))
+            parts.append("observations " + "; ".join(q(o, 160) for o in r.observations))
         if r.other_concerns:
-            parts.append("other concerns " + "; ".join(q(o, 200) for o in r.other_concerns))
+            parts.append("other concerns " + "; ".join(q(o, 160) for o in r.other_concerns))
         lines.append(" / ".join(parts))
     return lines
 
