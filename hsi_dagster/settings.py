@@ -214,6 +214,9 @@ class HsiSettings(BaseSettings):
     EVIDENCE_NIGHT_START_HOUR: int = Field(23, ge=0, le=23)
     EVIDENCE_NIGHT_END_HOUR: int = Field(5, ge=0, le=23)
     EVIDENCE_LOITER_SECONDS: float = Field(60.0, gt=0)
+    # The household's plates (comma-separated): a plate Frigate's LPR reads on one of them is the household, any other
+    # plate is not known (core/verdict/evidence.py). Profiles add their resident_vehicles plates.
+    KNOWN_PLATES: Annotated[tuple[str, ...], NoDecode] = ()
 
     # --- Frigate input (contract section 5) ---
     FRIGATE_URL: str | None = Field(None, description="Frigate's API (http://frigate:5000); set = the sensor pulls.")
@@ -276,6 +279,22 @@ class HsiSettings(BaseSettings):
         if isinstance(value, str):
             value = _comma_separated(value)
         return value or None
+
+    @field_validator("KNOWN_PLATES", mode="before")
+    @classmethod
+    def _known_plates(cls, value: object) -> object:
+        """Comma-separated plates; an entry that is no plate is a start-up error naming it (a typo would make the
+        household's car a stranger's)."""
+        from hsi_dagster.core.context.camera_profiles import plate_problem
+
+        plates = _comma_separated(value) if isinstance(value, str) else value
+        if isinstance(plates, (list, tuple)):
+            for plate in plates:
+                problem = plate_problem(plate)
+                if problem:
+                    raise ValueError(problem)
+            return tuple(str(p).strip() for p in plates)
+        return plates
 
     @field_validator("GPU_LAYERS", mode="before")
     @classmethod
@@ -377,6 +396,7 @@ class HsiSettings(BaseSettings):
             night_start_hour=self.EVIDENCE_NIGHT_START_HOUR,
             night_end_hour=self.EVIDENCE_NIGHT_END_HOUR,
             loiter_seconds=self.EVIDENCE_LOITER_SECONDS,
+            known_plates=self.KNOWN_PLATES,
         )
 
     @property

@@ -87,6 +87,7 @@ DEFAULTS: dict[str, object] = {
     "EVIDENCE_NIGHT_START_HOUR": 23,
     "EVIDENCE_NIGHT_END_HOUR": 5,
     "EVIDENCE_LOITER_SECONDS": 60.0,
+    "KNOWN_PLATES": (),
     "FRIGATE_URL": None,
     "FRIGATE_CONFIG_PATH": None,
     "FRIGATE_API_TIMEOUT_SECONDS": 10.0,
@@ -349,3 +350,16 @@ def test_plain_values_rebuild_the_same_settings_without_file_environment_or_secr
     assert rebuilt.FAST_PATH_LABELS == ("person", "car")
     with pytest.raises(SettingsError, match="PARALLEL=0 is invalid: accepted values are whole numbers >= 1"):
         HsiSettings.from_values({**values, "PARALLEL": 0})
+
+
+def test_known_plates_are_read_and_an_entry_that_is_no_plate_is_a_start_up_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KNOWN_PLATES", "KX73 ABC, ab-12-cd")
+    settings = load_settings(env_file="/dev/null")
+    assert settings.KNOWN_PLATES == ("KX73 ABC", "ab-12-cd")
+    assert settings.evidence_rules().known_plates == ("KX73 ABC", "ab-12-cd")
+    monkeypatch.setenv("KNOWN_PLATES", "KX73 ABC, KX73 ABC!!")
+    with pytest.raises(SettingsError) as err:
+        load_settings(env_file="/dev/null")
+    assert "KNOWN_PLATES" in str(err.value) and "'KX73 ABC!!' is not a plate" in str(err.value)

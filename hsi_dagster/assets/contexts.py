@@ -12,6 +12,7 @@ from hsi_dagster.core.context.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import load_batch
+from hsi_dagster.storage.frigate import reviews_covering
 from hsi_dagster.storage.pipeline_tables import save_context
 
 
@@ -34,6 +35,7 @@ def enriched_contexts(
     history, history_s = None, 0.0
     with duckdb.get_connection() as conn:
         batch, batch_detections = load_batch(conn, context.partition_key)
+        reviews = reviews_covering(conn, batch["camera_id"], batch["started_at"], batch["last_ts"])
         if settings.HISTORY_ENABLED:
             started = time.perf_counter()
             history = batch_history(conn, batch, batch_detections, profiles, HistoryRules.from_settings(settings))
@@ -52,6 +54,7 @@ def enriched_contexts(
         fast_path_labels=settings.FAST_PATH_LABELS,
         fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
         history=history,
+        reviews=reviews,
     )
     with duckdb.get_connection() as conn:
         save_context(
@@ -69,6 +72,7 @@ def enriched_contexts(
             "missing_enrichment": ", ".join(fetched.missing_types) or "none",
             "enrichment_s": round(fetched.elapsed_s, 3),
             "history_s": round(history_s, 4),
+            "frigate_reviews": len(enriched.reviews),
             **history_metadata(history),
         }
     )

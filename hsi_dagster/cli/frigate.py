@@ -1,8 +1,8 @@
 """`hsi frigate import | listen | status`: Frigate's recorded or live events as detections (contract section 5).
 
 `listen` keeps one MQTT v5 session (a stable client id, `clean_start` false, a session expiry) subscribed with
-QoS 1 to `<prefix>/events` and `<prefix>/tracked_object_update`. Messages are acknowledged by hand
-(paho-mqtt's `manual_ack`) only after the batch that holds them is committed to DuckDB, so a crash or a broker
+QoS 1 to `<prefix>/events`, `<prefix>/tracked_object_update` and `<prefix>/reviews`. Messages are acknowledged by
+hand (paho-mqtt's `manual_ack`) only after the batch that holds them is committed to DuckDB, so a crash or a broker
 restart never loses one: the broker redelivers what was not acknowledged, and a redelivery maps to the same
 detection_id (a no-op). The client's Receive Maximum is the batch size, so the broker never has more messages in
 flight than one batch. A batch is written when it holds FRIGATE_BATCH_SIZE messages or its oldest message waited
@@ -175,7 +175,8 @@ class FrigateListener:
         with self._lock:
             self.session += 1
             self.status.connected, self.status.connects = True, self.status.connects + 1
-        topics = [(f"{self.prefix}/events", 1), (f"{self.prefix}/tracked_object_update", 1)]
+        # review items: their severity and the GenAI review summary (core/frigate/reviews.py)
+        topics = [(f"{self.prefix}/{name}", 1) for name in ("events", "tracked_object_update", "reviews")]
         client.subscribe(topics)
         resumed = "resumed" if flags.session_present else "new"
         print(
@@ -235,7 +236,8 @@ class FrigateListener:
         print(
             f"hsi frigate listen: {len(batch)} messages -> {report.detections} detections, {report.duplicates} "
             f"already stored, {report.unchanged} unchanged, {report.false_positives} false positives, "
-            f"{report.ignored} not detections, {report.quarantined} quarantined",
+            f"{report.ignored} not detections, {report.quarantined} quarantined, {report.reviews} reviews "
+            f"({report.reviews_without_detections} with no detection), {report.joined} late descriptions joined",
             flush=True,
         )
         return True

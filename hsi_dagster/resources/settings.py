@@ -89,6 +89,7 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     EVIDENCE_NIGHT_START_HOUR: int
     EVIDENCE_NIGHT_END_HOUR: int
     EVIDENCE_LOITER_SECONDS: float
+    KNOWN_PLATES: list[str] = []
 
     _settings: HsiSettings | None = PrivateAttr(default=None)
 

@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,12 @@ from hsi_dagster.core.frigate.mapping import (
     SKIP_FALSE_POSITIVE,
     SKIP_NOT_A_DETECTION,
     SKIP_UNCHANGED,
+    Emit,
     Invalid,
     Outcome,
     Skip,
     Track,
+    TrackDetection,
     map_api_event,
     map_description,
     map_event,
@@ -40,10 +43,19 @@ from hsi_dagster.core.frigate.mapping import (
     to_detection,
     track_from_event,
 )
-from hsi_dagster.core.intake.detections import DEFAULT_BOUNDS, Bounds, Rejection, truncate_raw
+from hsi_dagster.core.frigate.reviews import Review, map_review, map_review_item
+from hsi_dagster.core.intake.detections import (
+    DEFAULT_BOUNDS,
+    Bounds,
+    Rejection,
+    format_ts,
+    loads_enrichment,
+    truncate_raw,
+)
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestError, ingest_numbered_lines
 
+OPEN_REVIEW_SECONDS = 300  # a review without its end yet (or whose end was lost) covers this long after its start
 MAX_PAYLOAD_BYTES = 256 * 1024  # one MQTT payload or API item; Frigate's are a few KiB (path_data grows them)
 
 
@@ -69,17 +81,43 @@ class FrigateReport:
     unchanged: int = 0  # periodic updates of an unchanged object (state policy)
     ignored: int = 0  # reviews, non-description object updates, other topics
     quarantined: int = 0
+    joined: int = 0  # late descriptions added to their track's recorded batch
+    rejudged: int = 0  # recorded batches asked to be judged again for them
+    reviews: int = 0  # review messages stored (frigate_reviews)
+    reviews_without_detections: int = 0  # of those, reviews no stored detection of their camera falls in (kept)
 
     def add(self, other: FrigateReport) -> None:
-        for name in ("messages", "detections", "duplicates", "false_positives", "unchanged", "ignored", "quarantined"):
+        for name in (
+            "messages",
+            "detections",
+            "duplicates",
+            "false_positives",
+            "unchanged",
+            "ignored",
+            "quarantined",
+            "joined",
+            "rejudged",
+            "reviews",
+            "reviews_without_detections",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def summary(self) -> str:
+        late = (
+            f", {self.joined} late descriptions joined their batch ({self.rejudged} judged again)"
+            if self.joined
+            else ""
+        )
+        reviews = (
+            f", {self.reviews} review messages stored ({self.reviews_without_detections} with no detection)"
+            if self.reviews
+            else ""
+        )
         return (
             f"{self.source}: {self.messages} payloads, {self.detections} detections loaded, "
             f"{self.duplicates} already stored, {self.unchanged} unchanged updates skipped, "
             f"{self.false_positives} false positives skipped, {self.ignored} not detections, "
-            f"{self.quarantined} quarantined"
+            f"{self.quarantined} quarantined{late}{reviews}"
         )
 
 
@@ -109,6 +147,155 @@ def _save_tracks(conn: duckdb.DuckDBPyConnection, tracks: Iterable[Track]) -> No
                WHERE excluded.last_seen > frigate_tracks.last_seen""",
             rows,
         )
+
+
+def _stored_latest(conn: duckdb.DuckDBPyConnection, ids: Sequence[str]) -> dict[str, TrackDetection]:
+    """The latest stored detection (not a description) of each track: where a description of it belongs."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        """SELECT track_id, detection_id, ts, label, confidence, zone, enrichment FROM detections
+           WHERE list_contains($ids, track_id) AND detection_id NOT LIKE 'frigate:%:description:%'
+           QUALIFY row_number() OVER (PARTITION BY track_id ORDER BY ts DESC, detection_id DESC) = 1""",
+        {"ids": list(ids)},
+    ).fetchall()
+    found = {}
+    for track_id, detection_id, ts, label, confidence, zone, enrichment in rows:
+        record = {
+            "detection_id": detection_id,
+            "ts": format_ts(ts),
+            "label": label,
+            "confidence": confidence,
+            "zone": zone,
+            "enrichment": loads_enrichment(enrichment),
+        }
+        found[track_id] = TrackDetection.from_record(record)
+    return found
+
+
+def join_recorded_batches(conn: duckdb.DuckDBPyConnection, track_ids: Sequence[str]) -> tuple[int, int]:
+    """Descriptions of these tracks not in a batch whose detection (`enrichment.frigate.follows`) is in a recorded
+    batch: each is added to that batch (its ts lies in the batch's window), and the batch, if a context of it was
+    already built, is asked to be judged again (`batch_rejudgements`; storage.pipeline_tables.unassessed_batches
+    lists it until a newer context and assessment are stored). Idempotent. Returns (descriptions added, batches
+    asked to be judged again)."""
+    if not track_ids:
+        return 0, 0
+    rows = conn.execute(
+        """SELECT d.detection_id, t.batch_id, EXISTS (SELECT 1 FROM enriched_contexts c WHERE c.batch_id = t.batch_id)
+           FROM detections d
+           JOIN detections t ON t.detection_id = d.enrichment->>'$.frigate.follows' AND t.track_id = d.track_id
+           JOIN detection_batches b ON b.batch_id = t.batch_id
+           WHERE d.batch_id IS NULL AND list_contains($ids, d.track_id)
+             AND d.detection_id LIKE 'frigate:%:description:%'
+             AND d.ts BETWEEN b.started_at AND b.last_ts
+           ORDER BY d.ts, d.detection_id""",
+        {"ids": list(track_ids)},
+    ).fetchall()
+    batches: dict[str, bool] = {}
+    for detection_id, batch_id, judged in rows:
+        conn.execute(
+            "UPDATE detections SET batch_id = $batch WHERE detection_id = $id AND batch_id IS NULL",
+            {"batch": batch_id, "id": detection_id},
+        )
+        batches[batch_id] = batches.get(batch_id, False) or bool(judged)
+    for batch_id, judged in batches.items():
+        conn.execute(
+            """UPDATE detection_batches SET
+                   detection_ids = (SELECT list(detection_id ORDER BY ts, detection_id) FROM detections
+                                    WHERE batch_id = $batch),
+                   labels = (SELECT list(label ORDER BY ts, detection_id) FROM detections WHERE batch_id = $batch),
+                   detection_count = (SELECT count(*) FROM detections WHERE batch_id = $batch),
+                   has_late = has_late OR (SELECT coalesce(bool_or(is_late), false) FROM detections
+                                           WHERE batch_id = $batch)
+               WHERE batch_id = $batch""",
+            {"batch": batch_id},
+        )
+        if judged:
+            conn.execute(
+                """INSERT INTO batch_rejudgements (batch_id, reason, requested_at)
+                   VALUES ($batch, 'a late Frigate description joined the batch', now())
+                   ON CONFLICT (batch_id) DO UPDATE
+                   SET reason = excluded.reason, requested_at = excluded.requested_at""",
+                {"batch": batch_id},
+            )
+    return len(rows), sum(batches.values())
+
+
+# ------------------------------------------------------------------------------------------------ reviews
+def _ts(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def save_reviews(conn: duckdb.DuckDBPyConnection, reviews: Sequence[Review], source: str) -> int:
+    """Upsert review items, merging a review's messages whatever their order (a redelivered older `update` keeps the
+    GenAI summary, the end time and the `alert` severity a later message set). Returns how many of them no stored
+    detection of their camera falls in (kept all the same: Frigate saw something hsi has no detection of)."""
+    for review in reviews:
+        conn.execute(
+            """INSERT INTO frigate_reviews (review_id, camera_id, start_time, end_time, severity, threat_level, objects,
+                                            zones, detections, summary, ignored, source, updated_at)
+               VALUES ($id, $camera, $start, $end, $severity, $threat, $objects, $zones, $detections,
+                       CAST($summary AS JSON), CAST($ignored AS JSON), $source, now())
+               ON CONFLICT (review_id) DO UPDATE SET
+                   start_time = least(frigate_reviews.start_time, excluded.start_time),
+                   end_time = coalesce(greatest(frigate_reviews.end_time, excluded.end_time), frigate_reviews.end_time,
+                                       excluded.end_time),
+                   severity = CASE WHEN 'alert' IN (frigate_reviews.severity, excluded.severity) THEN 'alert'
+                                   ELSE coalesce(excluded.severity, frigate_reviews.severity) END,
+                   threat_level = coalesce(excluded.threat_level, frigate_reviews.threat_level),
+                   objects = list_distinct(list_concat(frigate_reviews.objects, excluded.objects)),
+                   zones = list_distinct(list_concat(frigate_reviews.zones, excluded.zones)),
+                   detections = list_distinct(list_concat(frigate_reviews.detections, excluded.detections)),
+                   summary = coalesce(excluded.summary, frigate_reviews.summary),
+                   ignored = coalesce(excluded.ignored, frigate_reviews.ignored),
+                   updated_at = excluded.updated_at""",
+            {
+                "id": review.review_id,
+                "camera": review.camera_id,
+                "start": _ts(review.start),
+                "end": _ts(review.end),
+                "severity": review.severity,
+                "threat": review.threat_level,
+                "objects": list(review.objects),
+                "zones": list(review.zones),
+                "detections": list(review.detections),
+                "summary": json.dumps(review.summary, ensure_ascii=False) if review.summary else None,
+                "ignored": json.dumps(list(review.ignored), ensure_ascii=False) if review.ignored else None,
+                "source": source,
+            },
+        )
+    ids = sorted({review.review_id for review in reviews})
+    if not ids:
+        return 0
+    row = conn.execute(
+        """SELECT count(*) FROM frigate_reviews r
+           WHERE list_contains($ids, r.review_id) AND NOT EXISTS (
+               SELECT 1 FROM detections d WHERE d.camera_id = r.camera_id
+                   AND d.ts BETWEEN r.start_time AND coalesce(r.end_time, r.start_time + to_seconds($open)))""",
+        {"ids": ids, "open": OPEN_REVIEW_SECONDS},
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def reviews_covering(
+    conn: duckdb.DuckDBPyConnection, camera_id: str, start: datetime, end: datetime
+) -> list[dict[str, Any]]:
+    """The review items of a camera whose time span overlaps [start, end] (a batch's; a review without its end yet
+    spans OPEN_REVIEW_SECONDS), oldest first, `summary` parsed: what build_context's `reviews` takes."""
+    cursor = conn.execute(
+        """SELECT review_id, start_time, end_time, severity, threat_level, objects, zones, detections, summary
+           FROM frigate_reviews
+           WHERE camera_id = $camera AND start_time <= $end
+               AND coalesce(end_time, start_time + to_seconds($open)) >= $start
+           ORDER BY start_time, review_id""",
+        {"camera": camera_id, "start": start, "end": end, "open": OPEN_REVIEW_SECONDS},
+    )
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        row["summary"] = json.loads(row["summary"]) if row["summary"] else {}
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -155,6 +342,9 @@ def load_frigate_messages(
         }
     )
     tracks = _stored_tracks(conn, wanted)
+    latest = _stored_latest(conn, wanted)
+    described: set[str] = set()
+    reviews: list[Review] = []
     changed: dict[str, Track] = {}
     lines: list[tuple[int, str]] = []
     rejects: list[Rejection] = []
@@ -172,8 +362,17 @@ def load_frigate_messages(
                     tracks[track.track_id] = changed[track.track_id] = track
             outcome = map_event(payload, resolutions)
         elif kind == "tracked_object_update":
-            object_id = payload.get("id") if isinstance(payload, dict) else None
-            outcome = map_description(payload, tracks.get(str(object_id)))
+            object_id = str(payload.get("id") if isinstance(payload, dict) else None)
+            outcome = map_description(payload, tracks.get(object_id), latest.get(object_id))
+            if isinstance(outcome, Emit):
+                described.add(object_id)
+        elif kind == "reviews" or (kind == "api_event" and isinstance(payload, dict) and "severity" in payload):
+            review = map_review(payload) if kind == "reviews" else map_review_item(payload)  # `/api/review` items
+            if isinstance(review, str):
+                rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), review))
+            else:
+                reviews.append(review)
+            continue
         elif kind == "api_event":
             outcome = map_api_event(payload)
         else:
@@ -189,8 +388,14 @@ def load_frigate_messages(
                 rejects.append(checked)
             else:
                 lines.append((message.line_no, checked[0]))
+                record = outcome.record
+                if kind == "events" and record["ts"] >= getattr(latest.get(record["track_id"]), "ts", ""):
+                    latest[record["track_id"]] = TrackDetection.from_record(record)  # a later description's place
     loaded = ingest_numbered_lines(conn, lines, source=source, rejects=rejects, bounds=bounds)
     _save_tracks(conn, changed.values())
+    report.joined, report.rejudged = join_recorded_batches(conn, sorted(described))
+    report.reviews = len(reviews)
+    report.reviews_without_detections = save_reviews(conn, reviews, source)
     report.detections = loaded.loaded
     report.duplicates = loaded.duplicates
     report.quarantined = loaded.quarantined

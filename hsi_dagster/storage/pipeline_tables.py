@@ -133,9 +133,17 @@ def count_assessments(conn, batch_id: str) -> int:
 
 
 def unassessed_batches(conn) -> dict[str, float]:
-    """Recorded batches with no stored assessment (any status) -> epoch seconds when recorded."""
+    """Recorded batches with no stored assessment (any status) -> epoch seconds when recorded; and batches whose
+    re-judgement was asked (`batch_rejudgements`: a late Frigate description joined them) after their stored context
+    or assessment was made -> epoch seconds when asked."""
     rows = conn.execute(
-        "SELECT b.batch_id, epoch(b.recorded_at) FROM detection_batches b"
-        " ANTI JOIN risk_assessments r ON r.batch_id = b.batch_id ORDER BY b.recorded_at"
+        """SELECT b.batch_id, epoch(b.recorded_at) AS since FROM detection_batches b
+               ANTI JOIN risk_assessments r ON r.batch_id = b.batch_id
+           UNION ALL
+           SELECT j.batch_id, epoch(j.requested_at) AS since FROM batch_rejudgements j
+               JOIN risk_assessments r ON r.batch_id = j.batch_id
+               LEFT JOIN enriched_contexts c ON c.batch_id = j.batch_id
+           WHERE j.requested_at > r.assessed_at OR j.requested_at > coalesce(c.created_at, r.assessed_at)
+           ORDER BY since, batch_id"""
     ).fetchall()
     return {batch_id: float(recorded) for batch_id, recorded in rows}

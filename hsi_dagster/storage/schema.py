@@ -329,6 +329,36 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE evaluation_figures ADD COLUMN IF NOT EXISTS low_scenarios INTEGER DEFAULT 0;
         """,
     ),
+    (
+        40,  # issue 40's number: migrations are numbered ahead, by issue
+        "Frigate's evidence: re-judgements (a late description joined a batch) and Frigate's review items",
+        # storage/frigate.py asks for re-judgements; storage/pipeline_tables.unassessed_batches lists the batch again
+        # until a context and an assessment newer than the request are stored. frigate_reviews: one row per review
+        # item (core/frigate/reviews.py), the latest of its messages merged in; the context of the batch covering its
+        # time span shows it.
+        """
+        CREATE TABLE IF NOT EXISTS batch_rejudgements (
+            batch_id VARCHAR PRIMARY KEY,
+            reason VARCHAR NOT NULL,
+            requested_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS frigate_reviews (
+            review_id VARCHAR PRIMARY KEY,
+            camera_id VARCHAR NOT NULL,
+            start_time TIMESTAMPTZ NOT NULL,
+            end_time TIMESTAMPTZ,
+            severity VARCHAR,
+            threat_level INTEGER,
+            objects VARCHAR[] NOT NULL,
+            zones VARCHAR[] NOT NULL,
+            detections VARCHAR[] NOT NULL,
+            summary JSON,
+            ignored JSON,
+            source VARCHAR NOT NULL,
+            updated_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead

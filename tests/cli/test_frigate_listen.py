@@ -30,7 +30,7 @@ from hsi_dagster.synthetic.frigate import PARKED_MINUTES, frigate_config_yaml, f
 from tests.support.mosquitto import Mosquitto, running_broker
 
 pytestmark = pytest.mark.timeout(240)
-SUBSCRIBED = ("frigate/events", "frigate/tracked_object_update")
+SUBSCRIBED = ("frigate/events", "frigate/tracked_object_update", "frigate/reviews")
 
 
 @pytest.fixture
@@ -124,13 +124,16 @@ def tables(db: Path) -> dict[str, list[tuple]]:
                 "SELECT source, line_no, raw, reason FROM quarantine ORDER BY line_no"
             ).fetchall(),
             "sources": conn.execute("SELECT * EXCLUDE (updated_at) FROM frigate_sources").fetchall(),
+            "reviews": conn.execute(
+                "SELECT review_id, camera_id, start_time, severity, objects FROM frigate_reviews ORDER BY review_id"
+            ).fetchall(),
         }
 
 
 def test_listen_stores_a_night_through_a_broker_restart(tmp_path: Path, broker: Mosquitto) -> None:
     messages, _ = frigate_night(seed=5, malformed=True)
     subscribed = [m for m in messages if m[0] in SUBSCRIBED]
-    assert len(subscribed) < len(messages)  # reviews are published too, and not subscribed to
+    assert any(m[0] == "frigate/reviews" for m in subscribed)  # review items are subscribed to
     listener = Listener(tmp_path, broker, "hsi-test-restart")
     wait_for(lambda: listener.status().get("connected"), 30, "the listener to connect")
     middle = len(messages) // 2
@@ -153,6 +156,7 @@ def test_listen_stores_a_night_through_a_broker_restart(tmp_path: Path, broker: 
     reference = tmp_path / "reference.duckdb"
     import_frigate_files(reference, [dump], resolutions=load_detect_resolutions(tmp_path / "frigate.yml").by_camera)
     assert stored["detections"] == tables(reference)["detections"]
+    assert stored["reviews"] == tables(reference)["reviews"] and stored["reviews"]  # Frigate's review items kept
 
     detections = stored["detections"]
     cars = [d for d in detections if d[3] == "car"]

@@ -89,7 +89,8 @@ def test_the_sensor_ingests_each_ended_event_once_and_waits_for_the_one_in_progr
         assert stored(db) == first
 
         fake.events[1]["end_time"] = time.time() - 120  # the car left
-        fake.events[1]["sub_label"] = "Dad's car"
+        fake.events[1]["sub_label"] = "Dad's car"  # a plate of Frigate's lpr.known_plates: named, with its score
+        fake.events[1]["data"]["sub_label_score"] = 0.93
         cursor, _ = tick(db, url, cursor)
     final = stored(db)
     assert len(final) == 4 and (f"frigate:{items[1]['id']}:api", "car", "street,driveway") in final

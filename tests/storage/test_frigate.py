@@ -113,7 +113,7 @@ def test_hsi_frigate_import_on_the_command_line(tmp_path: Path, monkeypatch: pyt
     assert main(["frigate", "import", "--db", db, str(mqtt)]) == 2  # pixels need the detect resolutions
     assert "--frigate-config" in capsys.readouterr().err
     assert main(["frigate", "import", "--db", db, str(mqtt), "--frigate-config", str(config)]) == 0
-    assert "18 detections loaded" in capsys.readouterr().out
+    assert "21 detections loaded" in capsys.readouterr().out
     assert (
         main(["frigate", "import", "--db", db, str(tmp_path / "missing.jsonl"), "--frigate-config", str(config)]) == 2
     )
@@ -123,7 +123,7 @@ def test_hsi_frigate_import_on_the_command_line(tmp_path: Path, monkeypatch: pyt
     with serve_frigate(fake) as url:
         monkeypatch.setenv("FRIGATE_URL", url)
         assert main(["frigate", "import", "--db", str(tmp_path / "other.duckdb"), str(mqtt)]) == 0
-    assert "18 detections loaded" in capsys.readouterr().out and ("/api/config", {}) in fake.requests
+    assert "21 detections loaded" in capsys.readouterr().out and ("/api/config", {}) in fake.requests
 
 
 def test_hsi_demo_on_a_frigate_night_refuses_bad_arguments_before_starting_anything(

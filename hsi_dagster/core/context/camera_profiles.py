@@ -42,6 +42,25 @@ ZoneName = Annotated[str, Field(min_length=1, max_length=64)]
 CameraId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 
 
+PLATE_SEPARATORS = " -.·"
+
+
+def normalise_plate(text: str) -> str:
+    """A plate as compared: upper case, without spaces, hyphens or dots (`kx73-abc` is `KX73ABC`)."""
+    return "".join(ch for ch in text.upper() if ch not in PLATE_SEPARATORS)
+
+
+def plate_problem(text: object) -> str | None:
+    """Why an entry of a known-plates list (KNOWN_PLATES, a profile's resident_vehicles) is not a plate, None when
+    it is one: 2-12 letters or digits once the separators are gone."""
+    if not isinstance(text, str):
+        return f"{text!r} is not text"
+    plate = normalise_plate(text.strip())
+    if not 2 <= len(plate) <= 12 or not plate.isalnum():
+        return f"{text!r} is not a plate (2-12 letters or digits, spaces, hyphens or dots between them)"
+    return None
+
+
 class CameraProfileError(ValueError):
     """The camera profile file is unreadable or invalid; the message names the file, camera and field."""
 
@@ -52,7 +71,15 @@ class _Strict(BaseModel):
 
 class ResidentVehicle(_Strict):
     description: str = Field(min_length=1, max_length=200)
-    plate: str | None = Field(None, max_length=20)
+    plate: str | None = Field(None, max_length=20)  # a plate Frigate reads on it is the household (the floor)
+
+    @field_validator("plate")
+    @classmethod
+    def _a_plate(cls, value: str | None) -> str | None:
+        problem = None if value is None else plate_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class Pet(_Strict):

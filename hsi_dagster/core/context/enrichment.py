@@ -8,7 +8,7 @@ Choices (documented here because the prompt and the tests rely on them):
   table of sections in `core/context/sections.py`). "standard" drops the four types the reference system values least
   (depth, pose, action, pet: the head of the removal order) and keeps what most changes a risk judgement:
   captions, CLIP classes, weather, vehicle, clothing, violence, re-id. Detections and scene analysis are always
-  included; "minimal" adds Florence captions only.
+  included; "minimal" adds Florence captions and re-identification (identity is never optional).
 - Florence-2 "repeat": see `content_tokens` and `is_repeat`. A region caption is dropped when >= 80 % of its
   content tokens already occur in the same detection's global or dense caption (the global caption likewise when
   the dense caption covers it); any caption whose content-token set equals one already kept for the same track
@@ -20,6 +20,7 @@ Choices (documented here because the prompt and the tests rely on them):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import unicodedata
 from collections import Counter
@@ -112,6 +113,7 @@ class DetectionItem(_Model):
     label: str
     confidence: float
     zone: str | None = None
+    zones: list[str] = Field(default_factory=list)  # every zone it is in (Frigate's current_zones), else [zone]
     track_id: str | None = None
     is_late: bool = False
     fast_path: bool = False
@@ -126,6 +128,15 @@ class TrackSummary(_Model):
     detections: int
     zones: list[str]
     max_confidence: float
+    # What the detector says of the whole track (Frigate's payloads, enrichment.frigate; core/frigate/identity.py):
+    entered_zones: list[str] = Field(default_factory=list)  # every zone it entered in its life, not only here
+    tracked_since: datetime | None = None  # the track's start (Frigate's start_time), maybe before this batch
+    tracked_s: float = 0.0  # tracked_since .. the last detection here: its time in view, skipped updates included
+    stationary: bool = False  # at its last detection here
+    attributes: dict[str, float] = Field(default_factory=dict)  # face, license_plate, courier logos: best score
+    delivery: str | None = None  # a courier's logo was seen (a uniform or a van: a context, never an identity)
+    plates: list[str] = Field(default_factory=list)  # plates read (LPR); known or not is the floor's question
+    sub_labels: list[str] = Field(default_factory=list)  # "<name> (<kind>)" of sub_labels that are no identity
 
 
 class DetectionsSummary(_Model):
@@ -216,6 +227,29 @@ class Observation(GroupRef):
     count: int
 
 
+class ReviewFacts(_Model):
+    """A Frigate review item whose time span overlaps the batch (core/frigate/reviews.py): its severity and, when its
+    GenAI review summary arrived, that model's opinion. Evidence for the prompt, never for the floor."""
+
+    review_id: str
+    start: datetime
+    end: datetime | None = None
+    severity: str | None = None  # alert | detection | significant_motion
+    threat_level: int | None = None  # potential_threat_level 0 normal, 1 suspicious, 2 critical
+    objects: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    title: str | None = None
+    summary: str | None = None  # shortSummary
+    scene: str | None = None
+    observations: list[str] = Field(default_factory=list)
+    other_concerns: list[str] = Field(default_factory=list)
+    confidence: float | None = None
+
+
+MAX_REVIEWS = 3  # review items per batch (the prompt's detections head shows them: bounded)
+MAX_REVIEW_LINES = 3  # observations, other concerns per review
+
+
 class EnrichedContext(_Model):
     batch: BatchInfo
     quality_level: QualityLevel
@@ -228,6 +262,7 @@ class EnrichedContext(_Model):
     clip: ClipSummary | None = None
     observations: dict[str, list[Observation]] = Field(default_factory=dict)
     history: HistoryFacts | None = None  # what is usual here and what the other cameras saw (core/context/history.py)
+    reviews: list[ReviewFacts] = Field(default_factory=list)  # Frigate's review items over the batch's time span
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -250,6 +285,60 @@ def _as_datetime(value: Any) -> datetime:
     return dt.astimezone(UTC)
 
 
+def _names(value: Any, limit: int = 64) -> list[str]:
+    """A list of names (zones, plates) from untrusted JSON: strings only, cleaned, unique, at most 32."""
+    if not isinstance(value, list):
+        return []
+    names = (clean_text(v, limit) for v in value if isinstance(v, str))
+    return list(dict.fromkeys(n for n in names if n))[:32]
+
+
+def _track_facts(members: list[_Det]) -> dict[str, Any]:
+    """What the detector's payloads say of a whole track (enrichment.frigate, written by core/frigate/mapping.py)."""
+    entered: list[str] = []
+    started: list[datetime] = []
+    attributes: dict[str, float] = {}
+    plates: list[str] = []
+    sub_labels: list[str] = []
+    delivery = None
+    for det in members:
+        facts = det.frigate
+        entered.extend(det.entered)
+        if isinstance(facts.get("start_time"), str):
+            with contextlib.suppress(TypeError, ValueError):
+                started.append(_as_datetime(facts["start_time"]))
+        raw = facts.get("attributes")
+        for name, score in raw.items() if isinstance(raw, Mapping) else ():
+            number = _number(score)
+            key = clean_text(name, 64)
+            if key and number is not None and 0 <= number <= 1:
+                attributes[key] = max(number, attributes.get(key, 0.0))
+        plate = facts.get("plate")
+        if isinstance(plate, Mapping) and clean_text(plate.get("text"), 20):
+            plates.append(clean_text(plate.get("text"), 20))
+        vehicle = det.enrichment.get("vehicle")
+        if isinstance(vehicle, Mapping) and clean_text(vehicle.get("plate"), 20):
+            plates.append(clean_text(vehicle.get("plate"), 20))
+        sub_label = facts.get("sub_label")
+        if isinstance(sub_label, Mapping) and sub_label.get("kind") not in ("face", "known_plate"):
+            text = f"{clean_text(sub_label.get('name'), 64)} ({clean_text(sub_label.get('kind'), 16)})"
+            sub_labels.append(text)
+        if isinstance(facts.get("delivery"), str):
+            delivery = clean_text(facts["delivery"], 32) or delivery
+    since = min(started) if started else None
+    last = members[-1]
+    return {
+        "entered_zones": list(dict.fromkeys(entered))[:32],
+        "tracked_since": since,
+        "tracked_s": round(max(0.0, (last.ts - since).total_seconds()), 1) if since else 0.0,
+        "stationary": last.frigate.get("stationary") is True,
+        "attributes": dict(sorted(attributes.items())[:16]),
+        "delivery": delivery,
+        "plates": list(dict.fromkeys(plates))[:8],
+        "sub_labels": list(dict.fromkeys(sub_labels))[:8],
+    }
+
+
 def _time_of_day(hour: int) -> Literal["night", "morning", "afternoon", "evening"]:
     if hour >= 22 or hour < 5:
         return "night"
@@ -269,7 +358,20 @@ def _number(value: Any) -> float | None:
 class _Det:
     """A normalised detection record (internal)."""
 
-    __slots__ = ("id", "ts", "label", "confidence", "zone", "track_id", "is_late", "fast_path", "enrichment")
+    __slots__ = (
+        "id",
+        "ts",
+        "label",
+        "confidence",
+        "zone",
+        "zones",
+        "entered",
+        "track_id",
+        "is_late",
+        "fast_path",
+        "enrichment",
+        "frigate",
+    )
 
     def __init__(self, raw: Mapping[str, Any], fast_labels: frozenset[str], fast_confidence: float):
         self.id = str(raw["detection_id"])
@@ -282,6 +384,14 @@ class _Det:
         self.fast_path = self.label in fast_labels and self.confidence >= fast_confidence
         enrichment = raw.get("enrichment")
         self.enrichment: Mapping[str, Any] = enrichment if isinstance(enrichment, Mapping) else {}
+        frigate = self.enrichment.get("frigate")
+        self.frigate: Mapping[str, Any] = frigate if isinstance(frigate, Mapping) else {}
+        # Frigate's zone lists (the `zone` text joins them for display); a record from elsewhere has its one zone
+        if "current_zones" in self.frigate or "entered_zones" in self.frigate:
+            self.zones = _names(self.frigate.get("current_zones"))
+        else:
+            self.zones = [self.zone] if self.zone else []
+        self.entered = _names(self.frigate.get("entered_zones"))
 
     @property
     def group(self) -> str:
@@ -334,8 +444,9 @@ def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, ligh
             last_ts=members[-1].ts,
             dwell_s=round((members[-1].ts - members[0].ts).total_seconds(), 1),
             detections=len(members),
-            zones=list(dict.fromkeys(d.zone for d in members if d.zone)),
+            zones=list(dict.fromkeys(z for d in members for z in d.zones)),
             max_confidence=max(d.confidence for d in members),
+            **_track_facts(members),
         )
         for track_id, members in tracks.items()
     ]
@@ -350,7 +461,7 @@ def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, ligh
         confidence_min=min(confidences) if confidences else None,
         confidence_max=max(confidences) if confidences else None,
         confidence_mean=round(fmean(confidences), 4) if confidences else None,
-        zones=dict(Counter(d.zone for d in dets if d.zone).most_common()),
+        zones=dict(Counter(z for d in dets for z in d.zones).most_common()),
         tracks=track_summaries,
         first_ts=first,
         last_ts=last,
@@ -368,6 +479,7 @@ def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, ligh
                 label=d.label,
                 confidence=d.confidence,
                 zone=d.zone,
+                zones=d.zones,
                 track_id=d.track_id,
                 is_late=d.is_late,
                 fast_path=d.fast_path,
@@ -561,6 +673,37 @@ def _summarise_observations(kind: str, dets: list[_Det]) -> list[Observation]:
     return observations
 
 
+def _review_facts(rows: Iterable[Mapping[str, Any]]) -> list[ReviewFacts]:
+    """Review rows (storage.frigate.reviews_covering) as bounded, cleaned facts; unreadable rows skipped."""
+    facts = []
+    for row in rows:
+        try:
+            raw = row.get("summary")
+            summary: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+            level = row.get("threat_level")
+            confidence = _number(summary.get("confidence"))
+            facts.append(
+                ReviewFacts(
+                    review_id=clean_text(row.get("review_id"), 64) or "?",
+                    start=_as_datetime(row["start_time"]),
+                    end=_as_datetime(row["end_time"]) if row.get("end_time") else None,
+                    severity=clean_text(row.get("severity"), 32) or None,
+                    threat_level=level if isinstance(level, int) and level in (0, 1, 2) else None,
+                    objects=_names(list(row.get("objects") or []))[:10],
+                    zones=_names(list(row.get("zones") or []))[:10],
+                    title=clean_text(summary.get("title"), 120) or None,
+                    summary=clean_text(summary.get("shortSummary")) or None,
+                    scene=clean_text(summary.get("scene")) or None,
+                    observations=_names(list(summary.get("observations") or []), MAX_TEXT_CHARS)[:MAX_REVIEW_LINES],
+                    other_concerns=_names(list(summary.get("other_concerns") or []), MAX_TEXT_CHARS)[:MAX_REVIEW_LINES],
+                    confidence=confidence if confidence is not None and 0 <= confidence <= 1 else None,
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(facts, key=lambda r: (r.start, r.review_id))[:MAX_REVIEWS]
+
+
 # ----------------------------------------------------------------------------------------------- entry point
 def build_context(
     batch: Mapping[str, Any],
@@ -573,9 +716,11 @@ def build_context(
     fast_path_labels: Iterable[str] = ("person",),
     fast_path_confidence: float = 0.90,
     history: HistoryFacts | None = None,
+    reviews: Iterable[Mapping[str, Any]] = (),
 ) -> EnrichedContext:
     """Summarise one batch. `missing_types` are enrichment types that did not arrive within the time limit;
-    `history` the batch's history facts (storage/history.py + core/context/history.py), rendered as two sections."""
+    `history` the batch's history facts (storage/history.py + core/context/history.py), rendered as two sections;
+    `reviews` Frigate's review items over the batch's time span (storage.frigate.reviews_covering)."""
     if quality_level not in QUALITY_LEVEL_TYPES:
         raise ValueError(
             f"quality_level={quality_level!r} is invalid: accepted values are {sorted(QUALITY_LEVEL_TYPES)}"
@@ -618,4 +763,5 @@ def build_context(
             if kind in OBSERVATION_FIELDS and (obs := _summarise_observations(kind, dets))
         },
         history=history,
+        reviews=_review_facts(reviews),
     )

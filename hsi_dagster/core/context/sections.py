@@ -13,7 +13,8 @@ stay at every level and are shortened, never removed. `scene` comes from the det
 separate model, so it is always included but is the last section removed. The removal order is the reference
 system's (depth first: the least change to a risk judgement), with `clip` right before `scene` (CLIP classes are a
 noisy second opinion that Florence captions mostly cover). The "standard" level leaves out the four types removed
-first (depth, pose, action, pet); "minimal" keeps only what is never removed.
+first (depth, pose, action, pet); "minimal" keeps what is never removed and re-identification (who a recogniser
+matched: identity is not optional, a resident must not become a stranger at night because the level is low).
 
 The two history sections (`baseline`: what this camera usually sees at this hour; `cross_camera`: what the other
 cameras saw just before; core/context/history.py) come from the household's own database, not a vision model, so they
@@ -58,7 +59,9 @@ SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("vehicle", "Vehicles", True, "standard", 6, fields=("type", "color", "plate", "damage")),
     SectionSpec("clothing", "Clothing", True, "standard", 7, fields=("description", "suspicious")),
     SectionSpec("violence", "Violence detection", True, "standard", 8, fields=("score",)),
-    SectionSpec("reid", "Re-identification", True, "standard", 9, fields=("identity", "known", "seen_before", "score")),
+    # identity is not an optional enrichment (issue 40): a recognised face or plate is read at every level, else a
+    # resident is a stranger at night under "minimal"
+    SectionSpec("reid", "Re-identification", True, "minimal", 9, fields=("identity", "known", "seen_before", "score")),
     SectionSpec("depth", "Depth", True, "full", 1, fields=("distance_m",)),
     SectionSpec("baseline", "Usual activity at this hour", False, "minimal", 13, late_removal=True),
     SectionSpec("cross_camera", "Other cameras just before", False, "minimal", 12, late_removal=True),

@@ -21,15 +21,26 @@ deterministic and a redelivered message maps to the same detection (a no-op):
   `after` (`CHANGE_KINDS`): the label; the set of current zones; stationary <-> moving; the sub_label's name (a
   face or a known plate; not its score); the recognised plate's text; or, for a moving object, a move (Frigate's
   `path_data` gained a point, i.e. it moved 5 % of the frame diagonal, or the box centre moved by half the box's
-  own width or height, for versions whose `before` shares `after`'s path).
+  own width or height, for versions whose `before` shares `after`'s path); or the object is a person
+  (`DWELL_LABELS`, change `dwell`): a person standing at the door for minutes is the scene, its time must reach
+  the floor's loitering rule.
 - Anything else is a periodic update of an unchanged object (the parked car's minute-by-minute updates, better
   snapshots, score drift) and is skipped and counted (`SKIP_UNCHANGED`); `after.false_positive` true is skipped
   and counted (`SKIP_FALSE_POSITIVE`).
-A detection's `detection_id` is `frigate:<id>:<type>:<frame_time>`; its `ts` is `after.frame_time`.
+A detection's `detection_id` is `frigate:<id>:<type>:<frame_time>`; its `ts` is `after.frame_time`; `zone` the
+current zones comma-joined (for display) and `enrichment.frigate` the facts the context and the floor read:
+`current_zones` and `entered_zones` (lists), `start_time` and `tracked_s` (the track's time in view at this frame),
+`motionless_count`, and what core/frigate/identity.py reads of the sub_label, plate and attributes (identity only
+from a recogniser; an unexpected shape ignored with a reason in `ignored`).
 
-A GenAI description becomes its own detection of the same track (`frigate:<id>:description:<sha256 of the
-text>`), at the track's last known time, with the text as `enrichment.florence.caption` (cut to the contract's
-bound, the cut recorded). It needs the track's label and time from an earlier `events` payload (`Track`).
+A GenAI description becomes a detection of the same track (`frigate:<id>:description:<sha256 of the text>`) with
+the text as `enrichment.florence.caption` (cut to the contract's bound, the cut recorded). It needs the track's
+label and time from an earlier `events` payload (`Track`). It takes the time, label, score and zones of the track's
+latest DETECTION (`TrackDetection`; a description can arrive a minute after the object ended, after updates the
+state policy skipped): so it falls inside that detection's batch window, joins it by the batching rules while that
+batch is open, is fast-path exactly when that detection was, and is never a zone-less batch of its own. When that
+batch is already recorded, storage/frigate.py adds the description to it and asks for its re-judgement. Without a
+known detection (none stored) it falls back to the track's last time, without zones.
 An `/api/events` item becomes one detection `frigate:<id>:api` at `start_time` (padded by the recording's
 pre-capture up to Frigate 0.14).
 """
@@ -62,6 +73,12 @@ from hsi_dagster.core.frigate.fields import (
     show_value,
     zone_text,
 )
+from hsi_dagster.core.frigate.identity import (
+    Facts,
+    frigate_facts,
+    identity_enrichment,
+    read_facts,
+)
 from hsi_dagster.core.intake.detections import (
     DEFAULT_BOUNDS,
     Bounds,
@@ -72,31 +89,14 @@ from hsi_dagster.core.intake.detections import (
 )
 
 EVENT_TYPES = ("new", "update", "end")
-CHANGE_KINDS = ("new", "label", "zones", "stationary", "sub_label", "plate", "moved")
+CHANGE_KINDS = ("new", "label", "zones", "stationary", "sub_label", "plate", "moved", "dwell")
 SKIP_FALSE_POSITIVE = "false_positive"
 SKIP_UNCHANGED = "unchanged"
-SKIP_NOT_A_DETECTION = "not_a_detection"  # reviews, non-description object updates, other topics
+SKIP_NOT_A_DETECTION = "not_a_detection"  # non-description object updates, other topics
 MAX_FRIGATE_ID_CHARS = 64
-# Frigate+ models recognise these logos as attributes and put them in sub_label: a uniform, not an identity.
-DELIVERY_LOGOS = frozenset(
-    {
-        "amazon",
-        "an_post",
-        "canada_post",
-        "dhl",
-        "dpd",
-        "fedex",
-        "gls",
-        "nzpost",
-        "postnl",
-        "postnord",
-        "purolator",
-        "royal_mail",
-        "ups",
-        "usps",
-    }
-)
-VEHICLE_LABELS = frozenset({"car", "motorcycle", "truck", "bus", "bicycle", "boat", "license_plate"})
+# Labels whose periodic updates are kept (change "dwell"): a person standing at the door for minutes is the scene; a
+# parked car's minute-by-minute updates are not.
+DWELL_LABELS = frozenset({"person"})
 _TOPIC_LINE = re.compile(r"^([^\s{\[]+)\s+(\{.*)$", re.DOTALL)
 
 
@@ -140,32 +140,6 @@ class Track:
 
 
 # ------------------------------------------------------------------------------------------------ enrichment
-def identity_enrichment(
-    label: str, sub_label: tuple[str, float | None] | None, plate: tuple[str, float | None] | None
-) -> dict[str, Any]:
-    """A face or known-plate name as `reid`, a plate as `vehicle.plate` (and `reid` when no name), a delivery
-    logo as what it is (a uniform or a van), not an identity."""
-    enrichment: dict[str, Any] = {}
-    if sub_label is not None and sub_label[0].lower() in DELIVERY_LOGOS:
-        logo = sub_label[0]
-        if label in VEHICLE_LABELS:
-            enrichment["vehicle"] = {"type": f"delivery vehicle ({logo})"}
-        else:
-            enrichment["clothing"] = {"description": f"{logo} delivery uniform or logo"}
-        sub_label = None
-    if plate is not None:
-        enrichment.setdefault("vehicle", {})["plate"] = plate[0]
-    if sub_label is not None:
-        enrichment["reid"] = {"identity": sub_label[0], "known": True}
-        if sub_label[1] is not None:
-            enrichment["reid"]["score"] = sub_label[1]
-    elif plate is not None:
-        enrichment["reid"] = {"identity": plate[0], "known": False}
-        if plate[1] is not None:
-            enrichment["reid"]["score"] = plate[1]
-    return enrichment
-
-
 def _caption(enrichment: dict[str, Any], text: str) -> None:
     caption, cut_from = cut_text(text)
     enrichment["florence"] = {"caption": caption}
@@ -184,17 +158,17 @@ def split_topic(line: str) -> tuple[str | None, str]:
 
 
 def payload_kind(payload: Any, topic: str | None = None) -> str:
-    """`events`, `tracked_object_update`, `api_event` or `other`: by topic when known, else by shape."""
+    """`events`, `tracked_object_update`, `reviews`, `api_event` or `other`: by topic when known, else by shape."""
     if topic is not None:
         suffix = topic.rsplit("/", 1)[-1]
-        if suffix in ("events", "tracked_object_update"):
+        if suffix in ("events", "tracked_object_update", "reviews"):
             return suffix
         return "other"
     if not isinstance(payload, dict):
         return "other"
     if "after" in payload or "before" in payload:
         after = payload.get("after")
-        return "other" if isinstance(after, dict) and "severity" in after else "events"  # reviews carry severity
+        return "reviews" if isinstance(after, dict) and "severity" in after else "events"  # reviews carry severity
     if payload.get("type") == "description" or ("description" in payload and "start_time" not in payload):
         return "tracked_object_update"
     if "start_time" in payload and "label" in payload:
@@ -251,6 +225,8 @@ def event_changes(kind: str, before: Any, after: Mapping[str, Any]) -> tuple[str
         changes.append("plate")
     if not after.get("stationary") and _moved(before, after):
         changes.append("moved")
+    if not changes and after.get("label") in DWELL_LABELS:
+        changes.append("dwell")  # the person still there: its time on the zone must reach the floor (loitering)
     return tuple(changes)
 
 
@@ -308,8 +284,6 @@ def _map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     zones = read_zones(after.get("current_zones"), "after.current_zones")
     entered = read_zones(after.get("entered_zones"), "after.entered_zones")
     stationary = read_bool(after.get("stationary"), "after.stationary")
-    sub_label = read_named_score(after.get("sub_label"), "after.sub_label")
-    plate = read_named_score(after.get("recognized_license_plate"), "after.recognized_license_plate")
     resolution = resolutions.get(camera)
     if resolution is None:
         raise PayloadError(
@@ -319,16 +293,51 @@ def _map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     bbox = read_pixel_box(after.get("box"), "after.box", resolution, camera)
     if not changes:
         return Skip(SKIP_UNCHANGED)
-    enrichment = identity_enrichment(label, sub_label, plate)
+    facts = read_facts(
+        label,
+        after.get("sub_label"),
+        after.get("recognized_license_plate"),
+        prefix="after.",
+        attributes=after.get("attributes"),
+        current_attributes=after.get("current_attributes"),
+    )
+    enrichment = identity_enrichment(label, facts)
     frigate: dict[str, Any] = {"source": "mqtt", "type": kind, "changes": list(changes), "stationary": stationary}
+    if zones:
+        frigate["current_zones"] = zones
     if entered:
         frigate["entered_zones"] = entered
     if top_score is not None:
         frigate["top_score"] = top_score
+    _dwell_facts(after, frame_time, frigate, facts)
+    frigate.update(frigate_facts(facts))
     enrichment["frigate"] = frigate
     detection_id, ts = f"frigate:{object_id}:{kind}:{frame_time:.6f}", epoch_to_ts(frame_time)
     record = _contract_record(detection_id, ts, camera, object_id, label, confidence, bbox, zones, enrichment)
     return Emit(record, changes, _EVENT_SOURCES)
+
+
+def _dwell_facts(after: Mapping[str, Any], frame_time: float, frigate: dict[str, Any], facts: Facts) -> None:
+    """How long Frigate has tracked the object (`start_time` .. `frame_time`) and how long it has not moved
+    (`motionless_count`, frames): what makes a stationary person's time count even when its updates are skipped."""
+    start = after.get("start_time")
+    if start is not None:
+        try:
+            started = read_epoch(start, "after.start_time")
+        except PayloadError as exc:
+            facts.ignored.append(str(exc))
+        else:
+            if started <= frame_time:
+                frigate["start_time"] = epoch_to_ts(started)
+                frigate["tracked_s"] = round(frame_time - started, 3)
+            else:
+                facts.ignored.append(f"after.start_time: {started} is after frame_time {frame_time}")
+    motionless = after.get("motionless_count")
+    if motionless is not None:
+        if isinstance(motionless, int) and not isinstance(motionless, bool) and motionless >= 0:
+            frigate["motionless_count"] = motionless
+        else:
+            facts.ignored.append(f"after.motionless_count: must be a whole number >= 0, got {show_value(motionless)}")
 
 
 _EVENT_SOURCES = {
@@ -366,8 +375,38 @@ def track_from_event(payload: Any) -> Track | None:
 
 
 # ------------------------------------------------------------------------------------------------ descriptions
-def map_description(payload: Any, track: Track | None) -> Outcome:
-    """A `tracked_object_update` of type `description` -> a detection of its track carrying the text as a caption."""
+@dataclass(frozen=True)
+class TrackDetection:
+    """The latest detection made of a track (in the same load, or stored): where its description belongs."""
+
+    detection_id: str
+    ts: str  # the contract's RFC 3339 text
+    label: str
+    confidence: float
+    zone: str | None = None
+    current_zones: tuple[str, ...] = ()
+    entered_zones: tuple[str, ...] = ()
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrackDetection:
+        """From a mapped record (`Emit.record`)."""
+        enrichment = record.get("enrichment")
+        frigate = enrichment.get("frigate") if isinstance(enrichment, dict) else None
+        frigate = frigate if isinstance(frigate, dict) else {}
+        return cls(
+            str(record["detection_id"]),
+            str(record["ts"]),
+            str(record["label"]),
+            float(record["confidence"]),
+            record.get("zone"),
+            tuple(z for z in frigate.get("current_zones") or () if isinstance(z, str)),
+            tuple(z for z in frigate.get("entered_zones") or () if isinstance(z, str)),
+        )
+
+
+def map_description(payload: Any, track: Track | None, latest: TrackDetection | None = None) -> Outcome:
+    """A `tracked_object_update` of type `description` -> a detection of its track carrying the text as a caption, at
+    the time and zones of the track's `latest` detection (module docstring)."""
     try:
         message = read_object(payload, "payload")
         if message.get("type") != "description":
@@ -388,16 +427,24 @@ def map_description(payload: Any, track: Track | None) -> Outcome:
     digest = hashlib.sha256(description.encode("utf-8", errors="replace")).hexdigest()[:16]
     enrichment: dict[str, Any] = {}
     _caption(enrichment, description)
-    enrichment.setdefault("frigate", {}).update({"source": "mqtt", "type": "description"})
-    record = {
+    frigate = enrichment.setdefault("frigate", {})
+    frigate.update({"source": "mqtt", "type": "description"})
+    record: dict[str, Any] = {
         "detection_id": f"frigate:{object_id}:description:{digest}",
         "camera_id": camera,
         "ts": epoch_to_ts(track.last_seen),
         "label": track.label,
         "confidence": track.confidence,
         "track_id": object_id,
-        "enrichment": enrichment,
     }
+    if latest is not None:
+        record.update({"ts": latest.ts, "label": latest.label, "confidence": latest.confidence, "zone": latest.zone})
+        frigate["follows"] = latest.detection_id
+        if latest.current_zones:
+            frigate["current_zones"] = list(latest.current_zones)
+        if latest.entered_zones:
+            frigate["entered_zones"] = list(latest.entered_zones)
+    record["enrichment"] = enrichment
     sources = {"detection_id": "id", "track_id": "id", "camera_id": "camera", "enrichment": "description"}
     return Emit(record, ("description",), sources)
 
@@ -437,16 +484,16 @@ def _map_api_event(item: Any) -> Outcome:
         raise PayloadError("data.top_score: required (the track's score), got neither data.top_score nor top_score")
     bbox = read_relative_box(data.get("box"), "data.box")
     zones = read_zones(event.get("zones"), "zones")
-    sub_label = read_named_score(event.get("sub_label"), "sub_label")
-    if sub_label is not None and sub_label[1] is None:
-        sub_label = (sub_label[0], read_optional_unit(data.get("sub_label_score"), "data.sub_label_score"))
-    plate = read_named_score(data.get("recognized_license_plate"), "data.recognized_license_plate")
-    if plate is not None and plate[1] is None:
-        plate = (
-            plate[0],
-            read_optional_unit(data.get("recognized_license_plate_score"), "data.recognized_license_plate_score"),
-        )
-    enrichment = identity_enrichment(label, sub_label, plate)
+    facts = read_facts(
+        label,
+        event.get("sub_label"),
+        data.get("recognized_license_plate"),
+        prefix="",
+        attributes=data.get("attributes"),
+        sub_label_score=data.get("sub_label_score"),
+        plate_score=data.get("recognized_license_plate_score"),
+    )
+    enrichment = identity_enrichment(label, facts)
     description = data.get("description")
     if description is not None:
         if not isinstance(description, str):
@@ -455,6 +502,9 @@ def _map_api_event(item: Any) -> Outcome:
             _caption(enrichment, description)
     frigate = enrichment.setdefault("frigate", {})
     frigate.update({"source": "api", "type": str(data.get("type") or "object")})
+    if zones:
+        frigate["entered_zones"] = zones  # the API's `zones`: every zone the object entered
+    frigate.update(frigate_facts(facts))
     if end is not None:
         frigate["end_time"] = epoch_to_ts(end)
     detection_id, ts = f"frigate:{object_id}:api", epoch_to_ts(start)

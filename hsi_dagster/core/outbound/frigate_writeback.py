@@ -19,10 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hsi_dagster.core.frigate.identity import HSI_SUB_LABEL_PREFIX
 from hsi_dagster.core.outbound.mqtt_messages import THREAT_LEVELS, clean_text
 
 MARK = "HSI risk:"
-SUB_LABEL_PREFIX = "risk "
+# The mapping (core/frigate/identity.py) never reads a sub label with this prefix back as an identity: Frigate's next
+# `update` of the tracked object carries it as `["risk high", null]`.
+SUB_LABEL_PREFIX = HSI_SUB_LABEL_PREFIX
 SUB_LABEL_MAX_CHARS = 100  # Frigate's limit
 LINE_MAX_CHARS = 500
 MAX_ATTEMPTS = 5  # a 5xx or an unreachable Frigate is retried at the next ticks, this many times in all

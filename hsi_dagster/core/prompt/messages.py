@@ -28,6 +28,7 @@ from hsi_dagster.core.context.enrichment import (
     EnrichedContext,
     GroupRef,
     Observation,
+    TrackSummary,
     clean_text,
 )
 from hsi_dagster.core.context.history import HistoryFacts
@@ -313,6 +314,59 @@ def _local(ts: datetime, tz: ZoneInfo) -> str:
     return ts.astimezone(tz).strftime("%H:%M:%S")
 
 
+def _track_facts(t: TrackSummary) -> str:
+    """What the detector (Frigate) says of the whole track: facts, not identities (the re-identification section
+    holds who a recogniser matched)."""
+    facts = []
+    entered = [z for z in t.entered_zones if z not in t.zones]
+    if entered:
+        facts.append("entered earlier " + ", ".join(q(z, 64) for z in entered[:5]))
+    if t.tracked_s > t.dwell_s + 1:
+        facts.append(f"in view {t.tracked_s:g} s" + (", stationary" if t.stationary else ""))
+    elif t.stationary:
+        facts.append("stationary")
+    if t.attributes:
+        facts.append("attributes " + ", ".join(f"{q(k, 32)} {v:.2f}" for k, v in list(t.attributes.items())[:6]))
+    if t.delivery:
+        facts.append(f"courier logo {q(t.delivery, 32)} (a uniform or van: not an identity)")
+    if t.plates:
+        facts.append("plate " + ", ".join(q(p, 20) for p in t.plates[:3]))
+    if t.sub_labels:
+        facts.append("sub label (not an identity) " + ", ".join(q(x, 80) for x in t.sub_labels[:3]))
+    return f" ({' / '.join(facts)})" if facts else ""
+
+
+THREAT_NAMES = {0: "normal", 1: "suspicious", 2: "critical"}
+
+
+def _review_lines(ctx: EnrichedContext) -> list[str]:
+    """Frigate's review items over this batch: its severity, and its GenAI summary as another model's unverified
+    opinion (quoted: the text may carry instructions)."""
+    tz = ctx.camera_profile.tz if ctx.camera_profile is not None else ZoneInfo("UTC")
+    lines = []
+    for r in ctx.reviews:
+        span = _local(r.start, tz) + (f"-{_local(r.end, tz)}" if r.end else "")
+        parts = [f"frigate review {span}: severity {q(r.severity or 'unknown', 32)}"]
+        if r.objects:
+            parts.append("objects " + ", ".join(q(o, 32) for o in r.objects[:5]))
+        if r.zones:
+            parts.append("zones " + ", ".join(q(z, 64) for z in r.zones[:5]))
+        if r.threat_level is not None:
+            parts.append(
+                f"Frigate's GenAI threat level {r.threat_level} ({THREAT_NAMES[r.threat_level]}; another model's "
+                "opinion, not verified)"
+            )
+        for name, text, limit in (("title", r.title, 120), ("summary", r.summary, 300), ("scene", r.scene, 200)):
+            if text:
+                parts.append(f"{name} {q(text, limit)}")
+        if r.observations:
+            parts.append("observations " + "; ".join(q(o, 160) for o in r.observations))
+        if r.other_concerns:
+            parts.append("other concerns " + "; ".join(q(o, 160) for o in r.other_concerns))
+        lines.append(" / ".join(parts))
+    return lines
+
+
 def _detections_section(ctx: EnrichedContext) -> Section:
     d = ctx.detections
     b = ctx.batch
@@ -343,11 +397,13 @@ def _detections_section(ctx: EnrichedContext) -> Section:
         shown = d.tracks[:15]
         tracks = "; ".join(
             f"{q(t.track_id, 64)} {q(next(iter(t.labels)), 64)} x{t.detections} over {t.dwell_s:g} s"
-            + (" in " + ", ".join(q(z, 64) for z in t.zones[:3]) if t.zones else "")
+            + (" in " + ", ".join(q(z, 64) for z in t.zones[:5]) if t.zones else "")
+            + _track_facts(t)
             for t in shown
         )
         more = f"; {len(d.tracks) - len(shown)} more tracks" if len(d.tracks) > len(shown) else ""
         head.append(f"tracks: {tracks}{more}")
+    head.extend(_review_lines(ctx))
     coverage = f"enrichment: quality {ctx.quality_level} ({', '.join(ctx.types_included)})"
     if ctx.missing_types:
         coverage += f"; did not arrive in time: {', '.join(ctx.missing_types)}"
@@ -359,7 +415,11 @@ def _detections_section(ctx: EnrichedContext) -> Section:
         notes = [n for n, on in (("fast-path", item.fast_path), ("late", item.is_late)) if on]
         line = (
             f"- {_local(item.ts, tz)} {q(item.label, 64)} {item.confidence:.2f}"
-            + (f" zone {q(item.zone, 64)}" if item.zone else "")
+            + (
+                f" zone {', '.join(q(z, 64) for z in item.zones[:5])}"
+                if item.zones
+                else (f" zone {q(item.zone, 64)}" if item.zone else "")
+            )
             + (f" track {q(item.track_id, 64)}" if item.track_id else "")
             + (f" {' '.join(notes)}" if notes else "")
             + "\n"

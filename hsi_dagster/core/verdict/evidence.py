@@ -38,9 +38,16 @@ after an alert    | history.recent_activity[].risk_level,   | another camera was
 
 The presence rules (person/vehicle at night, loitering) count a track only when its best detector confidence
 is >= `presence_min_confidence` (a rain streak read as a person at 0.3 is not a person at the door).
-"Not known" means no re-identification reading of that track (or untracked detection) says `known: true`; a
-track with no re-id at all is not known (the floor errs towards an alert). The night hours are local hours of the
-camera's time zone (the profile's; UTC without one) in [`night_start_hour`, `night_end_hour`).
+"Not known" means no re-identification reading of that track (or untracked detection) says `known: true` and no
+plate read on it is on the household's list (`EvidenceRules.known_plates`, KNOWN_PLATES, plus the profile's
+`resident_vehicles` plates); a track with no re-id at all is not known (the floor errs towards an alert). Identities
+come from recognisers only: core/frigate/identity.py never turns hsi's own write-back, a manual sub_label or a
+courier's logo into `reid` (a logo is an attribute: named in the reason, never an exemption at night).
+A track's zones are every zone of its detections (Frigate's `current_zones`, overlapping zones all count) and the
+zones it entered in its life (`entered_zones`); its dwell is the longer of its span in the batch and its time
+tracked (Frigate's `start_time` .. the last detection: a stationary person's skipped updates still count).
+The night hours are local hours of the camera's time zone (the profile's; UTC without one) in [`night_start_hour`,
+`night_end_hour`).
 
 Malformed inputs (a field of the wrong type, a number out of range) are ignored: the rule reads on without them and
 `Floor.ignored` carries one line naming the detection(s) and the field; never an exception.
@@ -54,7 +61,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.camera_profiles import CameraProfile, normalise_plate, plate_problem
 from hsi_dagster.core.context.enrichment import EnrichedContext, NumberRange, Observation
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.risk_schema import level_for_score
@@ -132,8 +139,13 @@ class EvidenceRules:
     night_end_hour: int = 5
     loiter_seconds: float = 60.0
     presence_min_confidence: float = 0.5
+    known_plates: tuple[str, ...] = ()  # the household's plates (KNOWN_PLATES; profiles add resident_vehicles)
 
     def __post_init__(self) -> None:
+        for plate in self.known_plates:
+            problem = plate_problem(plate)
+            if problem:
+                raise ValueError(f"EvidenceRules.known_plates: {problem}")
         for name in ("weapon_min_confidence", "action_min_score", "violence_threshold", "presence_min_confidence"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"EvidenceRules.{name} must be between 0 and 1, got {getattr(self, name)}")
@@ -175,9 +187,12 @@ class _Actor:
     key: str
     label: str = "unknown"
     known: bool = False
-    zones: set[str] = field(default_factory=set)
-    dwell_s: float = 0.0
+    zones: set[str] = field(default_factory=set)  # current zones here and the zones the track entered (Frigate)
+    dwell_s: float = 0.0  # the longest of its span here and its time tracked (Frigate's start_time)
     confidence: float = 1.0
+    plates: tuple[str, ...] = ()
+    known_plate: str | None = None
+    delivery: str | None = None
 
 
 def _who(obs: Observation) -> str:
@@ -191,26 +206,29 @@ def _key(obs: Observation) -> str:
 class _Reader:
     """Typed views of the context; wrong types and out-of-range numbers are recorded in `ignored`."""
 
-    def __init__(self, context: EnrichedContext) -> None:
+    def __init__(self, context: EnrichedContext, known_plates: Iterable[str] = ()) -> None:
         self.context = context
         self.ignored: list[str] = []
         self.actors: dict[str, _Actor] = {}
+        household = {normalise_plate(p) for p in known_plates if p}
         for track in context.detections.tracks:
             label = next(iter(track.labels), "unknown")
+            known_plate = next((p for p in track.plates if normalise_plate(p) in household), None)
             self.actors[f"t:{track.track_id}"] = _Actor(
                 f"t:{track.track_id}",
                 label,
-                zones=set(track.zones),
-                dwell_s=track.dwell_s,
+                zones=set(track.zones) | set(track.entered_zones),
+                dwell_s=max(track.dwell_s, track.tracked_s),
                 confidence=track.max_confidence,
+                plates=tuple(track.plates),
+                known_plate=known_plate,
+                delivery=track.delivery,
             )
         for item in context.detections.items:
             if item.track_id is None:
+                zones = set(item.zones) or ({item.zone} if item.zone else set())
                 self.actors[f"d:{item.detection_id}"] = _Actor(
-                    f"d:{item.detection_id}",
-                    item.label,
-                    zones={item.zone} if item.zone else set(),
-                    confidence=item.confidence,
+                    f"d:{item.detection_id}", item.label, zones=zones, confidence=item.confidence
                 )
         for obs in self.observations("reid"):
             known = self.boolean(obs, "reid", "known")
@@ -221,6 +239,9 @@ class _Reader:
             actor = self.actors.get(_key(obs))
             if actor is not None and obs.fields.get("known") is False:
                 actor.known = False
+        for actor in self.actors.values():  # a plate on the household's list is the household (KNOWN_PLATES, profile)
+            if actor.known_plate is not None:
+                actor.known = True
 
     def observations(self, kind: str) -> list[Observation]:
         return list(self.context.observations.get(kind, ()))
@@ -401,14 +422,19 @@ def _presence(
         who = f"{actor.label} {actor.key} not re-identified as known (reid.known)"
         if actor.label == "person" and night:
             masked = ", clothing.suspicious true" if actor.key in suspicious_keys else ""
+            courier = (
+                f", courier logo {actor.delivery!r} (attributes: a uniform, not an identity)" if actor.delivery else ""
+            )
             kind = "entry" if watched[0] in entry else "private"
-            fired.add(HIGH, f"person at night: {who}{masked} on {kind} zone {watched[0]!r}, {when}")
+            fired.add(HIGH, f"person at night: {who}{masked}{courier} on {kind} zone {watched[0]!r}, {when}")
         elif night and actor.label not in _ANIMALS:
-            fired.add(MEDIUM, f"vehicle or object at night: {who} on zone {watched[0]!r}, {when}")
+            plate = f", plate {actor.plates[0]!r} not a known plate" if actor.plates else ""
+            fired.add(MEDIUM, f"vehicle or object at night: {who}{plate} on zone {watched[0]!r}, {when}")
         if actor.label == "person" and dark and actor.dwell_s >= rules.loiter_seconds:
             fired.add(
                 MEDIUM,
-                f"loitering in the dark: {who} stays {actor.dwell_s:.0f} s (track dwell) on zone {watched[0]!r}, "
+                f"loitering in the dark: {who} stays {actor.dwell_s:.0f} s (track dwell, Frigate's start_time) on zone "
+                f"{watched[0]!r}, "
                 f"detections.is_dark (scene.lighting / local hour)",
             )
 
@@ -462,7 +488,8 @@ def evidence_floor(
     enrichment. `profile` None: the zone rules do not fire (no entry or private zones are known)."""
     rules = rules or EvidenceRules()
     profile = profile if profile is not None else context.camera_profile
-    reader = _Reader(context)
+    plates = [*rules.known_plates, *(v.plate for v in profile.resident_vehicles if v.plate)] if profile else []
+    reader = _Reader(context, plates or rules.known_plates)
     fired = _Fired()
     hour, zone_name = _local_hour(context, profile)
     _weapon_and_tool(context, reader, rules, fired)

@@ -140,7 +140,7 @@ def test_clip_classes_below_threshold_are_dropped():
 # --------------------------------------------------------------------------- quality levels and missing types
 def test_quality_level_table():
     assert QUALITY_LEVEL_TYPES["full"] == ENRICHMENT_TYPES
-    assert QUALITY_LEVEL_TYPES["minimal"] == ("florence",)
+    assert QUALITY_LEVEL_TYPES["minimal"] == ("florence", "reid")  # identity is never optional (issue 40)
     assert set(QUALITY_LEVEL_TYPES["standard"]) == {
         "florence",
         "clip",
@@ -157,7 +157,7 @@ def test_quality_level_table():
     [
         ("full", {"detections", "scene", *ENRICHMENT_TYPES}),
         ("standard", {"detections", "scene", "florence", "clip", "vehicle", "clothing", "reid", "violence", "weather"}),
-        ("minimal", {"detections", "scene", "florence"}),
+        ("minimal", {"detections", "scene", "florence", "reid"}),
     ],
 )
 def test_quality_levels_select_sections(level, expected):
@@ -243,3 +243,7 @@ def test_camera_profile_errors_name_camera_and_field(tmp_path):
         load_camera_profiles(as_json)
     with pytest.raises(CameraProfileError, match="cannot read"):
         load_camera_profiles(tmp_path / "absent.yaml")
+    plates = tmp_path / "p.yaml"  # a resident's plate that is no plate would make the household's car a stranger's
+    plates.write_text("cameras:\n  gate:\n    resident_vehicles: [{description: van, plate: 'N/A'}]\n")
+    with pytest.raises(CameraProfileError, match=r"'gate'.*resident_vehicles.*'N/A' is not a plate"):
+        load_camera_profiles(plates)

@@ -50,7 +50,7 @@ def test_every_section_is_either_removed_in_order_or_shortened():
 def test_quality_levels_nest_and_standard_leaves_out_the_first_removed_types():
     minimal, standard, full = (set(QUALITY_LEVEL_TYPES[level]) for level in QUALITY_LEVELS)
     assert minimal < standard < full == set(ENRICHMENT_TYPES)
-    assert minimal == set(NEVER_REMOVED) & set(ENRICHMENT_TYPES)
+    assert minimal == (set(NEVER_REMOVED) & set(ENRICHMENT_TYPES)) | {"reid"}  # identity is never optional
     first_removed = [key for key in FULL_REMOVAL_ORDER if key in ENRICHMENT_TYPES][: len(full - standard)]
     assert full - standard == set(first_removed) == {"depth", "pose", "action", "pet"}
     for level in QUALITY_LEVELS:  # each level lists its types in prompt order
