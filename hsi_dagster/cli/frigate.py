@@ -141,22 +141,20 @@ class FrigateListener:
         self.client = self._client()
 
     def _client(self) -> Any:
-        import paho.mqtt.client as mqtt
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
+        from hsi_dagster.resources.mqtt_connection import mqtt_client
+
         settings = self.settings
-        client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=settings.MQTT_CLIENT_ID,
-            protocol=mqtt.MQTTv5,
+        client = mqtt_client(
+            settings.MQTT_CLIENT_ID,
+            username=settings.MQTT_USERNAME,
+            password=settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None,
+            tls=settings.MQTT_TLS,
+            ca_file=settings.MQTT_CA_FILE,
             manual_ack=True,
         )
-        if settings.MQTT_USERNAME:
-            password = settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None
-            client.username_pw_set(settings.MQTT_USERNAME, password)
-        if settings.MQTT_TLS:
-            client.tls_set(ca_certs=settings.MQTT_CA_FILE or None)
         client.reconnect_delay_set(1, RECONNECT_MAX_SECONDS)
         self.connect_properties = Properties(PacketTypes.CONNECT)
         self.connect_properties.SessionExpiryInterval = settings.MQTT_SESSION_EXPIRY_SECONDS
