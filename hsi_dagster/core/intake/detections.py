@@ -83,6 +83,11 @@ class Bounds:
     enrichment_depth: int = MAX_ENRICHMENT_DEPTH  # cut: keys nested deeper dropped (readers recurse on them)
     raw_chars: int = RAW_MAX_CHARS  # cut: the raw line kept in the quarantine
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> Bounds:
+        """The INGEST_* bounds of HsiSettings (read by name, BOUND_SETTINGS: core never imports settings)."""
+        return cls(**{name: getattr(settings, setting) for name, setting in BOUND_SETTINGS.items()})
+
     def __post_init__(self) -> None:
         for name in BOUND_SETTINGS:
             if getattr(self, name) < 1:
