@@ -108,7 +108,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    duckdb = HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH)
+    duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
     def show(result: ScenarioResult) -> None:
