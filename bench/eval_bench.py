@@ -79,7 +79,8 @@ def main() -> int:
 
     from hsi_dagster.cli.eval import chart_file_name
     from hsi_dagster.evaluation.configurations import EvalConfiguration, endpoint_key
-    from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
+    from hsi_dagster.evaluation.engine import evaluate_and_store
+    from hsi_dagster.evaluation.report import report_for
     from hsi_dagster.llm.embedded import EmbeddedServerProcess
     from hsi_dagster.llm.model_files import model_path
     from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource

@@ -5,8 +5,9 @@ one partition per batch window. `inbox_sensor` loads dropped files in its tick a
 (`batch_window_sensor` does the latter when there is no inbox folder); alerts follow high-risk assessments.
 
 Configuration takes one route: `load_settings()` reads the settings once when this module loads (the process
-environment over `hsi.env`, see hsi_dagster/settings.py), and `build_resources` hands the resources plain values;
-`dg.EnvVar` is used for the secrets only (LLAMA_API_KEY, ALERT_WEBHOOK_URL). Nothing here writes `os.environ`.
+environment over `hsi.env`, see hsi_dagster/settings.py), and `build_resources` builds each resource with the
+`from_settings` beside it (plain values); `dg.EnvVar` is used for the secrets only (LLAMA_API_KEY,
+ALERT_WEBHOOK_URL, MQTT_PASSWORD). Nothing here writes `os.environ`.
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ from hsi_dagster.jobs import (
 )
 from hsi_dagster.resources import (
     AlertWebhookResource,
-    EnrichmentResource,
     HsiDuckDBResource,
     HttpEnrichmentResource,
     InlineEnrichmentResource,
+    LlamaServerResource,
     PipelineSettingsResource,
 )
 from hsi_dagster.resources.frigate import FrigateResource
-from hsi_dagster.resources.llm import llama_server_resource
 from hsi_dagster.resources.mqtt import MqttPublisherResource
 from hsi_dagster.sensors import (
     batch_window_sensor,
@@ -59,32 +59,19 @@ from hsi_dagster.sensors import (
 from hsi_dagster.settings import HsiSettings, dagster_dotenv_settings, load_settings
 
 
-def enrichment_resource(settings: HsiSettings) -> EnrichmentResource:
-    """The enrichment source ENRICHMENT_BACKEND names."""
-    if settings.ENRICHMENT_BACKEND == "http":
-        return HttpEnrichmentResource(
-            gateway_url=settings.ENRICHMENT_GATEWAY_URL, timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS
-        )
-    return InlineEnrichmentResource()
-
-
 def build_resources(settings: HsiSettings) -> dict[str, dg.ConfigurableResource]:
-    """Every resource, configured once with plain values from `settings`; the secrets (API key, webhook URL) as
-    dg.EnvVar, only when set."""
+    """Every resource, each built by the `from_settings` beside it; the secrets (API key, webhook URL, MQTT
+    password) as dg.EnvVar, only when set."""
     return {
-        "duckdb": HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH),
-        "llm": llama_server_resource(settings, dg.EnvVar("LLAMA_API_KEY") if settings.api_key else None),
-        "enrichment": enrichment_resource(settings),
-        "alert_webhook": AlertWebhookResource(
-            url=dg.EnvVar("ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None,
-            cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS,
+        "duckdb": HsiDuckDBResource.from_settings(settings),
+        "llm": LlamaServerResource.from_settings(settings, dg.EnvVar("LLAMA_API_KEY") if settings.api_key else None),
+        "enrichment": HttpEnrichmentResource.from_settings(settings)
+        if settings.ENRICHMENT_BACKEND == "http"
+        else InlineEnrichmentResource(),
+        "alert_webhook": AlertWebhookResource.from_settings(
+            settings, dg.EnvVar("ALERT_WEBHOOK_URL") if settings.alert_webhook_url else None
         ),
-        "frigate": FrigateResource(
-            url=settings.FRIGATE_URL or "",
-            timeout_seconds=settings.FRIGATE_API_TIMEOUT_SECONDS,
-            page_size=settings.FRIGATE_API_PAGE_SIZE,
-            settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
-        ),
+        "frigate": FrigateResource.from_settings(settings),
         "mqtt": MqttPublisherResource.from_settings(
             settings, dg.EnvVar("MQTT_PASSWORD") if settings.MQTT_PASSWORD else None
         ),

@@ -10,8 +10,11 @@ called `.env` because every Dagster command (`dagster dev`, `dagster-daemon`, `d
 the processes it starts, so exported values would lose. Dagster processes get their settings the way every other
 process does: `definitions.py` calls `load_settings()` once and hands plain values to the resources.
 
-This module also reads the other operator file, the camera profiles (CAMERA_CONTEXT_PATH), so that `core/` stays
-free of file I/O. It must stay importable with pydantic + pydantic-settings only (the llama-server image).
+This module holds the fields, their validation and the loading (and the parsed form of a single setting such as
+LLAMA_SERVER_URL or a secret's value); the domain values are built by the `from_settings` beside each of them
+(`Bounds`, `EvidenceRules`, `BatchRules`, `HistoryRules`, `LlamaServerOptions`, each resource), the budget by
+hsi_dagster/steps.py. It also reads the other operator file, the camera profiles (CAMERA_CONTEXT_PATH), so that
+`core/` stays free of file I/O. It must stay importable with pydantic + pydantic-settings only (the llama-server image).
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 if TYPE_CHECKING:
     from hsi_dagster.core.context.camera_profiles import CameraProfile
-    from hsi_dagster.core.intake.detections import Bounds
-    from hsi_dagster.core.verdict.evidence import EvidenceRules
 
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -335,69 +336,24 @@ class HsiSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _per_slot_context_holds_output(self) -> HsiSettings:
-        if self.slot_context < self.NEMOTRON_MAX_OUTPUT_TOKENS + MIN_PROMPT_TOKENS:
+        from hsi_dagster.core.prompt.slot_budget import slot_context  # imports nothing: fine in the llama-server image
+
+        per_slot = slot_context(self.CTX_SIZE, self.PARALLEL)
+        if per_slot < self.NEMOTRON_MAX_OUTPUT_TOKENS + MIN_PROMPT_TOKENS:
             raise ValueError(
-                f"CTX_SIZE / PARALLEL = {self.CTX_SIZE} / {self.PARALLEL} = {self.slot_context} tokens per slot "
+                f"CTX_SIZE / PARALLEL = {self.CTX_SIZE} / {self.PARALLEL} = {per_slot} tokens per slot "
                 f"cannot hold NEMOTRON_MAX_OUTPUT_TOKENS ({self.NEMOTRON_MAX_OUTPUT_TOKENS}) plus a minimal prompt "
                 f"({MIN_PROMPT_TOKENS}); raise CTX_SIZE or lower PARALLEL"
             )
         return self
 
-    # --- derived values ---
-    @property
-    def slot_context(self) -> int:
-        """Tokens one slot holds: llama-server splits CTX_SIZE evenly over PARALLEL slots (no --kv-unified)."""
-        return self.CTX_SIZE // self.PARALLEL
-
-    @property
-    def fallback_prompt_budget(self) -> int:
-        """The prompt budget when the live server cannot be asked: per-slot context - output - margin."""
-        return self.slot_context - self.NEMOTRON_MAX_OUTPUT_TOKENS - self.PROMPT_SAFETY_MARGIN_TOKENS
-
+    # --- parsed forms of single settings ---
     @property
     def llm_urls(self) -> list[str]:
         """The one parse of LLAMA_SERVER_URL: each server once, in order, without a trailing slash (a repeated URL
         adds no slots: they are per server). Empty = the local server at LLM_HOST:LLM_PORT."""
         raw = self.LLAMA_SERVER_URL.strip() or f"http://{self.LLM_HOST}:{self.LLM_PORT}"
         return list(dict.fromkeys(url.strip().rstrip("/") for url in raw.split(",") if url.strip()))
-
-    @property
-    def ingest_bounds(self) -> Bounds:
-        """The INGEST_* bounds as the plain value the validator takes (core stays free of settings)."""
-        from hsi_dagster.core.intake.detections import Bounds
-
-        return Bounds(
-            line_bytes=self.INGEST_MAX_LINE_BYTES,
-            label_chars=self.INGEST_MAX_LABEL_CHARS,
-            tag_chars=self.INGEST_MAX_TAG_CHARS,
-            text_chars=self.INGEST_MAX_TEXT_CHARS,
-            florence_regions=self.INGEST_MAX_FLORENCE_REGIONS,
-            clip_classes=self.INGEST_MAX_CLIP_CLASSES,
-            enrichment_bytes=self.INGEST_MAX_ENRICHMENT_BYTES,
-            enrichment_depth=self.INGEST_MAX_ENRICHMENT_DEPTH,
-            raw_chars=self.QUARANTINE_RAW_MAX_CHARS,
-        )
-
-    def evidence_rules(self) -> EvidenceRules:
-        """The EVIDENCE_* settings as the floor's rules (unset lists: core/verdict/evidence.py's built-in ones)."""
-        from dataclasses import replace
-
-        from hsi_dagster.core.verdict.evidence import EvidenceRules
-
-        built_in = EvidenceRules()
-        return replace(
-            built_in,
-            weapon_labels=self.EVIDENCE_WEAPON_LABELS or built_in.weapon_labels,
-            tool_labels=self.EVIDENCE_TOOL_LABELS or built_in.tool_labels,
-            forcing_actions=self.EVIDENCE_HOSTILE_ACTIONS or built_in.forcing_actions,
-            probing_actions=self.EVIDENCE_PROBING_ACTIONS or built_in.probing_actions,
-            violence_threshold=self.EVIDENCE_VIOLENCE_THRESHOLD,
-            violence_min_frames=self.EVIDENCE_VIOLENCE_MIN_FRAMES,
-            night_start_hour=self.EVIDENCE_NIGHT_START_HOUR,
-            night_end_hour=self.EVIDENCE_NIGHT_END_HOUR,
-            loiter_seconds=self.EVIDENCE_LOITER_SECONDS,
-            known_plates=self.KNOWN_PLATES,
-        )
 
     @property
     def api_key(self) -> str | None:

@@ -284,6 +284,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
 LAYERS: tuple[tuple[str, ...], ...] = (
     *CORE_LAYERS,  # pure rules
     ("settings",),  # HsiSettings: hsi.env + environment, checked with core's rules
+    ("steps",),  # the pipeline's steps with the settings: called by the assets, the evaluation and the config check
     ("synthetic",),  # seeded data (the config check's calibration batches come from here)
     ("storage", "llm"),  # DuckDB (every SQL statement); llama-server
     ("resources", "partitions", "instance"),  # Dagster's building blocks: resources, partitions, the run queue

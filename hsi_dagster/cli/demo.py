@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hsi_dagster.cli.environment import export, settings_with
 from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, HsiSettings, load_settings
+from hsi_dagster.steps import configured_slot_context
 
 DEMO_DB = "data/demo.duckdb"
 # (UTC hour, seed) of the two simulated night segments: with seed offset 0 they cover night-time loitering at a
@@ -103,7 +104,7 @@ def run_demo(
         export(LLAMA_SERVER_URL=server.url)
         print(
             f"2/4 started the embedded llama.cpp server at {server.url} ({model_path(settings.MODEL_PATH).name}, "
-            f"{settings.PARALLEL} slots x {settings.slot_context} tokens; log {server.log_path})"
+            f"{settings.PARALLEL} slots x {configured_slot_context(settings)} tokens; log {server.log_path})"
         )
     try:
         if frigate:

@@ -79,10 +79,11 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.cli.errors import UsageError
     from hsi_dagster.core.evaluation.metrics import ScenarioResult
     from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations
-    from hsi_dagster.evaluation.engine import evaluate_and_store, report_for
+    from hsi_dagster.evaluation.engine import evaluate_and_store
+    from hsi_dagster.evaluation.report import report_for
     from hsi_dagster.llm.errors import LlamaServerError
     from hsi_dagster.resources import HsiDuckDBResource
-    from hsi_dagster.resources.llm import llama_server_resource
+    from hsi_dagster.resources.llm import LlamaServerResource
     from hsi_dagster.storage.evaluation import stored_configurations
     from hsi_dagster.synthetic.scenarios import SCENARIOS_PATH, ScenarioFileError, load_scenarios, select_scenarios
 
@@ -107,8 +108,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    duckdb = HsiDuckDBResource(database=settings.HSI_DUCKDB_PATH)
-    llm = None if args.floor_only else llama_server_resource(settings, settings.api_key)
+    duckdb = HsiDuckDBResource.from_settings(settings)
+    llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
     def show(result: ScenarioResult) -> None:
         if args.floor_only is False and not result.configuration.endswith(".with-floor"):

@@ -25,6 +25,7 @@ from typing import Any
 
 from hsi_dagster.core.frigate.config import FrigateConfigError, detect_resolutions
 from hsi_dagster.core.frigate.fields import Resolution
+from hsi_dagster.core.intake.detections import Bounds
 from hsi_dagster.settings import HsiSettings
 
 STATUS_EVERY_SECONDS = 2.0
@@ -48,7 +49,7 @@ def load_resolutions(settings: HsiSettings, config_path: str | None) -> dict[str
         elif settings.FRIGATE_URL:
             from hsi_dagster.resources.frigate import FrigateApiError, FrigateResource
 
-            api = FrigateResource(url=settings.FRIGATE_URL, timeout_seconds=settings.FRIGATE_API_TIMEOUT_SECONDS)
+            api = FrigateResource.from_settings(settings)
             try:
                 found = detect_resolutions(api.fetch_config(), origin=f"{api.base_url}/api/config")
             except FrigateApiError as exc:
@@ -88,7 +89,7 @@ def cmd_import(args: argparse.Namespace, settings: HsiSettings) -> int:
     resolutions = load_resolutions(settings, args.frigate_config) if needs_resolutions else {}
     try:
         result = import_frigate_files(
-            settings.HSI_DUCKDB_PATH, args.paths, resolutions=resolutions, bounds=settings.ingest_bounds
+            settings.HSI_DUCKDB_PATH, args.paths, resolutions=resolutions, bounds=Bounds.from_settings(settings)
         )
     except IngestError as exc:
         raise FrigateUsageError(str(exc)) from None
@@ -141,22 +142,20 @@ class FrigateListener:
         self.client = self._client()
 
     def _client(self) -> Any:
-        import paho.mqtt.client as mqtt
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
+        from hsi_dagster.resources.mqtt_connection import mqtt_client
+
         settings = self.settings
-        client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=settings.MQTT_CLIENT_ID,
-            protocol=mqtt.MQTTv5,
+        client = mqtt_client(
+            settings.MQTT_CLIENT_ID,
+            username=settings.MQTT_USERNAME,
+            password=settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None,
+            tls=settings.MQTT_TLS,
+            ca_file=settings.MQTT_CA_FILE,
             manual_ack=True,
         )
-        if settings.MQTT_USERNAME:
-            password = settings.MQTT_PASSWORD.get_secret_value() if settings.MQTT_PASSWORD else None
-            client.username_pw_set(settings.MQTT_USERNAME, password)
-        if settings.MQTT_TLS:
-            client.tls_set(ca_certs=settings.MQTT_CA_FILE or None)
         client.reconnect_delay_set(1, RECONNECT_MAX_SECONDS)
         self.connect_properties = Properties(PacketTypes.CONNECT)
         self.connect_properties.SessionExpiryInterval = settings.MQTT_SESSION_EXPIRY_SECONDS
@@ -215,7 +214,7 @@ class FrigateListener:
                 [(m.topic, m.payload) for m in batch],
                 source=self.source,
                 resolutions=self.resolutions,
-                bounds=self.settings.ingest_bounds,
+                bounds=Bounds.from_settings(self.settings),
             )
         except Exception as exc:  # the batch stays unacknowledged and is retried; nothing is lost
             self.status.last_error = f"{type(exc).__name__}: {exc}"

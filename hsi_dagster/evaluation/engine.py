@@ -1,12 +1,11 @@
 """The evaluation engine: the labeled scenarios through production's enrichment, budget, risk and verdict code.
 
-Each scenario goes the production way: `core.context.enrichment.build_context` at the pass's quality level with the
-example camera profiles the labels were written against (`scenario_profiles`), stored and read back as JSON, the
-evidence floor (`core.verdict.evidence.evidence_floor` with the settings' rules and, when the pass uses history and the
-scenario has it, the history facts core/context/history.py computes from the scenario's inputs),
-`core.prompt.messages.build_sections`, `core.prompt.budget.choose_budget` (the live per-slot context) and
-`fit_to_budget`, then production's call-and-repair loop (`core.verdict.assessment.assess` with the pass's output
-schema) and `core.verdict.final.final_verdict`.
+Each scenario goes the production way, through the very steps the assets call (hsi_dagster/steps.py): the context
+for the batch at the pass's quality level with the example camera profiles the labels were written against
+(`scenario_profiles`), stored and read back as JSON, the evidence floor with the settings' rules and, when the pass
+uses history and the scenario has it, the history facts core/context/history.py computes from the scenario's inputs,
+the budget from the server's live per-slot context, the prompt for the pass's output schema, the call-and-repair
+loop and the stored verdict.
 
 One LLM call (plus its one repair) per scenario gives three results (evaluation/configurations.py): the model alone,
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
@@ -16,7 +15,6 @@ configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -25,30 +23,25 @@ from dataclasses import dataclass, field, replace
 
 import dagster as dg
 
-from hsi_dagster.core.context.camera_profiles import CameraProfile, camera_profile_text
-from hsi_dagster.core.context.enrichment import EnrichedContext, build_context
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.context.enrichment import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
-from hsi_dagster.core.evaluation.report import render_report
 from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json
-from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
-from hsi_dagster.core.prompt.messages import build_sections, static_prompt
-from hsi_dagster.core.prompt.risk_schema import assessment_schema, level_for_score
+from hsi_dagster.core.prompt.budget import PromptTooLarge
+from hsi_dagster.core.prompt.messages import static_prompt
+from hsi_dagster.core.prompt.risk_schema import level_for_score
 from hsi_dagster.core.prompt.tokens import TokenCounter
-from hsi_dagster.core.verdict.assessment import AssessmentOutcome, assess
-from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
-from hsi_dagster.core.verdict.final import final_verdict
-from hsi_dagster.evaluation.charts import comparison_png, confusion_png, data_uri
+from hsi_dagster.core.verdict.assessment import AssessmentOutcome
+from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.llm.errors import LlamaRequestRejected
 from hsi_dagster.llm.protocol import ChatResult
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.steps import assess_batch, budget_for, context_for_batch, floor_for, prompt_for, verdict_for
 from hsi_dagster.storage.evaluation import (
     finish_run,
-    load_agreement,
-    load_configuration_details,
-    load_figures,
     load_results,
     save_configuration,
     save_result,
@@ -57,12 +50,6 @@ from hsi_dagster.storage.evaluation import (
 from hsi_dagster.synthetic.scenarios import Scenario, scenario_profiles
 
 Assess = Callable[[list[dict]], AssessmentOutcome[ChatResult]]
-
-
-@functools.cache
-def _token_counter() -> TokenCounter:
-    """One counter per process: its cache of the static prefix's count is what makes budgeting cheap."""
-    return TokenCounter()
 
 
 @dataclass(frozen=True)
@@ -97,14 +84,8 @@ def prepare_scenario(
 ) -> PreparedScenario:
     """Production's context, floor and budget steps for one scenario (`estimate_budget` None: no prompt needed)."""
     profile = profiles.get(scenario.camera_id)
-    context = build_context(
-        scenario.batch,
-        scenario.detections,
-        quality_level=configuration.quality_level,
-        clip_noise_threshold=settings.CLIP_NOISE_THRESHOLD,
-        camera_profile=profile,
-        fast_path_labels=settings.FAST_PATH_LABELS,
-        fast_path_confidence=settings.FAST_PATH_CONFIDENCE,
+    context = context_for_batch(
+        scenario.batch, scenario.detections, settings, camera_profile=profile, quality_level=configuration.quality_level
     )
     if configuration.history and scenario.history:
         # What enriched_contexts does with the stored history: the facts ride on the context, the prompt renders
@@ -113,18 +94,13 @@ def prepare_scenario(
     # Stored and read back as the pipeline does between enriched_contexts and budgeted_prompts.
     context = EnrichedContext.from_json(context.to_json())
     started = time.perf_counter()
-    floor = evidence_floor(context, profile, context.history, settings.evidence_rules())
+    floor = floor_for(context, profile, context.history, settings)
     floor_ms = (time.perf_counter() - started) * 1000
     if estimate_budget is None:
         return PreparedScenario(scenario, None, (), floor, floor_ms)
     try:
-        fitted = fit_to_budget(
-            build_sections(context),
-            camera_profile_text(profile),
-            estimate_budget,
-            counter or _token_counter(),
-            batch_id=scenario.batch["batch_id"],
-            static=static_prompt(configuration.schema),
+        fitted = prompt_for(
+            context, estimate_budget, configuration.schema, batch_id=scenario.batch["batch_id"], counter=counter
         )
     except PromptTooLarge as exc:
         return PreparedScenario(scenario, None, (), floor, floor_ms, error=str(exc))
@@ -210,13 +186,14 @@ def run_prepared(
     floored = replace(
         measured, configuration=configuration.with_floor_name, latency_ms=measured.latency_ms + prepared.floor_ms
     )
-    return [measured, _floored(floored, model_score, floor), alone]
+    return [measured, _floored(floored, outcome, floor), alone]
 
 
-def _floored(result: ScenarioResult, model_score: int | None, floor: Floor) -> ScenarioResult:
+def _floored(result: ScenarioResult, outcome: AssessmentOutcome | None, floor: Floor) -> ScenarioResult:
     """The stored verdict (core/verdict/final.py): max(model score, floor); `floor_only` when the model gave nothing
     usable but the floor alone stands."""
-    verdict = final_verdict(model_score, floor)
+    _, verdict = verdict_for(outcome, floor)
+    model_score = outcome.model_score if outcome is not None else None
     stands = verdict.stands
     return replace(
         result,
@@ -244,10 +221,7 @@ class PassRun:
 
 def _assess_with(llm: LlamaServerResource, max_tokens: int, schema: str) -> Assess:
     """Production's call-and-repair loop with llama-server's schema-constrained chat as the call."""
-    json_schema = assessment_schema(schema)
-    return lambda messages: assess(
-        messages, lambda chat: llm.chat_json(chat, json_schema, max_tokens=max_tokens), schema
-    )
+    return lambda messages: assess_batch(messages, llm.chat_json, max_tokens=max_tokens, schema=schema)
 
 
 def evaluate_floor_only(
@@ -289,13 +263,7 @@ def evaluate_configuration(
         return run
     started = time.perf_counter()
     info = llm.ensure_ready()
-    choice = choose_budget(
-        llm.live_slot_context,
-        configured_slot_context=settings.slot_context,
-        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
-        safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
-        token_ratio=settings.PROMPT_TOKEN_RATIO,
-    )
+    choice = budget_for(settings, llm.live_slot_context())
     profiles = scenario_profiles()
     prepared = [
         prepare_scenario(
@@ -421,24 +389,3 @@ def evaluate_and_store(
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
         compared = stored_configurations(conn)
     return StoredRun(run, figures, compared, endpoint)
-
-
-def report_for(
-    duckdb: HsiDuckDBResource,
-    configurations: Sequence[str],
-    scenario_source: str,
-    *,
-    image_ref: Callable[[str, bytes], str] = lambda key, png: data_uri(png),
-) -> str:
-    """The markdown report for stored configurations; `image_ref(key, png)` places each chart (default: embedded as
-    a base64 data URI) and returns its reference."""
-    with duckdb.get_connection(read_only=True) as conn:
-        figures = load_figures(conn, configurations)
-        results = [r for name in configurations for r in load_results(conn, name)]
-        agreement = load_agreement(conn, configurations)
-        details = load_configuration_details(conn)
-    charts = {"comparison": comparison_png(figures)}
-    for item in figures:
-        charts[f"confusion:{item.configuration}"] = confusion_png(item)
-    images = {key: image_ref(key, png) for key, png in charts.items()}
-    return render_report(figures, results, agreement, details, scenario_source=scenario_source, images=images)

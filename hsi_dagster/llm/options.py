@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from hsi_dagster.core.prompt.slot_budget import slot_context
 from hsi_dagster.llm import model_files
 from hsi_dagster.settings import KV_CACHE_TYPES, GpuLayers, HsiSettings, SettingsError
 
@@ -131,7 +132,7 @@ class LlamaServerOptions:
 
     @property
     def slot_context(self) -> int:
-        return self.ctx_size // self.parallel
+        return slot_context(self.ctx_size, self.parallel)
 
     @property
     def served_name(self) -> str:

@@ -8,6 +8,7 @@ it by `core.verdict.alerts.redacted_url` only (scheme and host).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 import duckdb
@@ -15,6 +16,7 @@ import httpx
 from pydantic import Field
 
 from hsi_dagster.core.verdict.alerts import Alert, redacted_url, webhook_action
+from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.alerts import alert_stored, last_webhook_attempt, save_alert
 
 
@@ -29,6 +31,11 @@ class AlertWebhookResource(dg.ConfigurableResource):
         default=600.0, ge=0, description="After a post (sent or failed), the camera's next alerts are only stored."
     )
     timeout_seconds: float = Field(default=5.0, gt=0, description="Per post; a slow webhook must not stall a sensor.")
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings, url: Any) -> AlertWebhookResource:
+        """ALERT_COOLDOWN_SECONDS; `url` is dg.EnvVar("ALERT_WEBHOOK_URL") in the definitions (None when unset)."""
+        return cls(url=url, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS)
 
     def post(self, payload: dict) -> str:
         """POST the alert; returns 'sent', or 'failed: <reason>' naming the endpoint by its redacted form (the

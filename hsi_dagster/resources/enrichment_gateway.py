@@ -30,6 +30,7 @@ from hsi_dagster.core.context.gateway_protocol import (
     request_body,
 )
 from hsi_dagster.resources.enrichment import EnrichmentResource
+from hsi_dagster.settings import HsiSettings
 
 
 class _Exchange:
@@ -79,6 +80,10 @@ class HttpEnrichmentResource(EnrichmentResource):
 
     gateway_url: str = Field(description="Base URL of the vision gateway (ENRICHMENT_GATEWAY_URL).")
     timeout_seconds: float = Field(30.0, gt=0, description="One deadline for the whole exchange (s).")
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings) -> HttpEnrichmentResource:
+        return cls(gateway_url=settings.ENRICHMENT_GATEWAY_URL, timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS)
 
     def fetch(
         self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]

@@ -15,6 +15,8 @@ from urllib.parse import quote
 import dagster as dg
 import httpx
 
+from hsi_dagster.settings import HsiSettings
+
 MAX_PAGE_LIMIT = 10_000
 
 
@@ -44,6 +46,15 @@ class FrigateResource(dg.ConfigurableResource):
     timeout_seconds: float = 10.0
     page_size: int = 100
     settle_seconds: float = 60.0  # the pull waits this long after an event ends (its description comes then)
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings) -> FrigateResource:
+        return cls(
+            url=settings.FRIGATE_URL or "",
+            timeout_seconds=settings.FRIGATE_API_TIMEOUT_SECONDS,
+            page_size=settings.FRIGATE_API_PAGE_SIZE,
+            settle_seconds=settings.FRIGATE_API_SETTLE_SECONDS,
+        )
 
     @property
     def base_url(self) -> str:

@@ -6,14 +6,14 @@ lives in the client so that code outside Dagster behaves the same. Inside a run 
 one lazily.
 
 `urls` are the servers of LLAMA_SERVER_URL, split once by the settings (`HsiSettings.llm_urls`) and passed as
-plain values by `definitions.build_resources`. One URL: exactly one `LlamaClient`. Several: a `LlamaRouter`
+plain values by `LlamaServerResource.from_settings`. One URL: exactly one `LlamaClient`. Several: a `LlamaRouter`
 (hsi_dagster/llm/router.py) with one client per URL sends each completion to the server with the most free slots,
 skips servers that are down and retries them after a cool-down; `ensure_ready` reports the smallest per-slot
 context of the reachable servers so one budget fits all. `get_client()` is then the FIRST URL's client (kept for
 callers that want one server); `chat_json`/`count_prompt_tokens` go through the router.
 
 OpenAI-compatible servers (vLLM) have no /props: the slot count comes from `fallback_total_slots` and, when
-/v1/models gives no max_model_len, the context from `fallback_slot_context`; `build_resources` sets them to PARALLEL
+/v1/models gives no max_model_len, the context from `fallback_slot_context`; `from_settings` sets them to PARALLEL
 and CTX_SIZE / PARALLEL. The resource never reads settings itself: every value comes in as a field, the API key as
 `dg.EnvVar("LLAMA_API_KEY")` (the only secret).
 
@@ -31,7 +31,7 @@ alike, probe a server once. Outside a run with the field unset, nothing is share
 
 import threading
 from pathlib import Path
-from typing import Unpack
+from typing import Any, Unpack
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -41,6 +41,7 @@ from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, Se
 from hsi_dagster.llm.protocol import ChatOptions
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
 from hsi_dagster.settings import HsiSettings
+from hsi_dagster.steps import configured_slot_context
 
 _lazy_lock = threading.Lock()
 
@@ -86,6 +87,22 @@ class LlamaServerResource(dg.ConfigurableResource):
     _client: LlamaClient | None = PrivateAttr(default=None)
     _instance_probe_cache_dir: str | None = PrivateAttr(default=None)
     _router: LlamaRouter | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings, api_key: Any) -> "LlamaServerResource":
+        """The `llm` resource as the settings configure it: `api_key` is dg.EnvVar("LLAMA_API_KEY") in
+        `definitions.build_resources` (when set), the plain value in the CLI's in-process uses such as `hsi eval`."""
+        return cls(
+            urls=settings.llm_urls,
+            api_key=api_key,
+            read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
+            startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
+            max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+            fallback_total_slots=settings.PARALLEL,
+            fallback_slot_context=configured_slot_context(settings),
+            slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
+            probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
+        )
 
     @property
     def primary_url(self) -> str:
@@ -205,19 +222,3 @@ class LlamaServerResource(dg.ConfigurableResource):
         """Exact prompt tokens; TokenCountUnavailable (a LlamaServerError) on servers that cannot count them."""
         target = self.get_router() or self.get_client()
         return target.count_prompt_tokens(messages)
-
-
-def llama_server_resource(settings: HsiSettings, api_key: str | None) -> LlamaServerResource:
-    """The `llm` resource as the settings configure it: one builder for `definitions.build_resources` (api_key =
-    dg.EnvVar("LLAMA_API_KEY") when set) and the CLI's in-process uses such as `hsi eval` (the plain value)."""
-    return LlamaServerResource(
-        urls=settings.llm_urls,
-        api_key=api_key,
-        read_timeout_seconds=settings.LLM_READ_TIMEOUT_SECONDS,
-        startup_timeout_seconds=settings.LLM_STARTUP_TIMEOUT_SECONDS,
-        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
-        fallback_total_slots=settings.PARALLEL,
-        fallback_slot_context=settings.slot_context,
-        slot_lease_dir=settings.HSI_SLOT_LEASE_DIR,
-        probe_cache_dir=settings.HSI_PROBE_CACHE_DIR,
-    )

@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 
 from hsi_dagster.core.outbound.mqtt_messages import AVAILABLE, NOT_AVAILABLE, Message, Topics, check_topic_prefix
+from hsi_dagster.resources.mqtt_connection import MqttWill, mqtt_client
 from hsi_dagster.settings import HsiSettings
 
 WILL_DELAY_SECONDS = 120  # the entities turn unavailable this long after the last tick (ticks every 15 s)
@@ -134,20 +135,11 @@ class MqttPublisherResource(dg.ConfigurableResource):
         )
 
     def _client(self, client_id: str, *, with_will: bool) -> Any:
-        import paho.mqtt.client as mqtt
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+        will = MqttWill(self.topics.availability, NOT_AVAILABLE, self.will_delay_seconds) if with_will else None
+        client = mqtt_client(
+            client_id, username=self.username, password=self.password, tls=self.tls, ca_file=self.ca_file, will=will
+        )
         client.max_inflight_messages_set(MAX_IN_FLIGHT)
-        if self.username:
-            client.username_pw_set(self.username, self.password or None)
-        if self.tls:
-            client.tls_set(ca_certs=self.ca_file or None)
-        if with_will:
-            will = Properties(PacketTypes.WILLMESSAGE)
-            will.WillDelayInterval = self.will_delay_seconds
-            client.will_set(self.topics.availability, NOT_AVAILABLE, qos=1, retain=True, properties=will)
         client.reconnect_delay_set(1, 5)
         return client
 

@@ -7,6 +7,7 @@ import duckdb
 from dagster_duckdb import DuckDBResource
 from pydantic import Field
 
+from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import LOCK_WAIT_SECONDS, connect
 
 
@@ -21,6 +22,10 @@ class HsiDuckDBResource(DuckDBResource):
     lock_wait_seconds: float = Field(
         default=LOCK_WAIT_SECONDS, description="How long to queue behind other processes' connections to the file."
     )
+
+    @classmethod
+    def from_settings(cls, settings: HsiSettings) -> "HsiDuckDBResource":
+        return cls(database=settings.HSI_DUCKDB_PATH)
 
     @contextmanager
     def get_connection(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:

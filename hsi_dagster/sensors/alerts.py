@@ -9,6 +9,7 @@ from pathlib import Path
 import dagster as dg
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert, evidence_alerts
 from hsi_dagster.jobs import batch_pipeline_job
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
@@ -78,7 +79,11 @@ def claim_evidence_alerts(
     with duckdb.get_connection() as conn:
         rows, new_ids = evidence_candidates(conn, now - EVIDENCE_INGESTED_WITHIN, now - EVIDENCE_SEEN_WITHIN)
         decided = evidence_alerts(
-            rows, new_ids, profiles, cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS, rules=settings.evidence_rules()
+            rows,
+            new_ids,
+            profiles,
+            cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS,
+            rules=EvidenceRules.from_settings(settings),
         )
         claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
         claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)

@@ -6,6 +6,7 @@ import time
 import dagster as dg
 
 from hsi_dagster.core.frigate.api_cursor import ApiCursor, plan_api_pull
+from hsi_dagster.core.intake.detections import Bounds
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.frigate import FrigateResource
 from hsi_dagster.sensors.default_status import default_status_when
@@ -48,7 +49,7 @@ def frigate_events_sensor(
             source=f"{frigate.base_url}/api/events",
             resolutions={},  # an API event's box is relative to its frame already
             kind="api_event",
-            bounds=pipeline_settings.get().ingest_bounds,
+            bounds=Bounds.from_settings(pipeline_settings.get()),
         )
         summary = report.summary()
     context.update_cursor(plan.cursor.to_json())

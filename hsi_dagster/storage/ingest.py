@@ -570,7 +570,7 @@ def ingest_lines(
 
 def ingest_bounds(settings: Any) -> Bounds:
     """The bounds of the INGEST_* settings (the defaults without settings)."""
-    return DEFAULT_BOUNDS if settings is None else settings.ingest_bounds
+    return DEFAULT_BOUNDS if settings is None else Bounds.from_settings(settings)
 
 
 @contextmanager

@@ -16,9 +16,10 @@ from hsi_dagster.assets.checks import (
     stored_assessment_valid,
 )
 from hsi_dagster.core.context.enrichment import build_context
-from hsi_dagster.core.prompt.budget import choose_budget, fit_to_budget
+from hsi_dagster.core.prompt.budget import fit_to_budget
 from hsi_dagster.core.prompt.messages import build_sections
 from hsi_dagster.core.prompt.rubric import RUBRIC_KEYS
+from hsi_dagster.core.prompt.slot_budget import choose_budget
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import assess, verdict_fields
 from hsi_dagster.core.verdict.evidence import Floor
@@ -38,7 +39,7 @@ def fitted(counter):
     batch, detections = synthetic_batch(random.Random(3), camera_id="driveway", n_detections=40)
     context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
     choice = choose_budget(
-        lambda: 4_096, configured_slot_context=0, max_output_tokens=512, safety_margin=256, token_ratio=RATIO
+        4_096, configured_slot_context=0, max_output_tokens=512, safety_margin=256, token_ratio=RATIO
     )
     return fit_to_budget(build_sections(context), "", choice.estimate_budget, counter), choice
 

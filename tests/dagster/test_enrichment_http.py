@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
-from hsi_dagster.definitions import enrichment_resource
+from hsi_dagster.definitions import build_resources
 from hsi_dagster.resources import HttpEnrichmentResource, InlineEnrichmentResource
 from hsi_dagster.settings import SettingsError, load_settings
 
@@ -154,18 +154,18 @@ def http_enrichment(url: str, timeout_s: float) -> HttpEnrichmentResource:
 def test_inline_is_the_default_and_changes_nothing():
     result = InlineEnrichmentResource().fetch(BATCH, DETECTIONS, TYPES)
     assert result.detections == DETECTIONS and result.missing_types == ()
-    assert isinstance(enrichment_resource(load_settings(os.devnull)), InlineEnrichmentResource)
+    assert isinstance(build_resources(load_settings(os.devnull))["enrichment"], InlineEnrichmentResource)
 
 
 def test_backend_setting_picks_the_gateway_class_with_its_url_and_deadline():
-    chosen = enrichment_resource(
+    chosen = build_resources(
         load_settings(
             os.devnull,
             ENRICHMENT_BACKEND="http",
             ENRICHMENT_GATEWAY_URL="http://127.0.0.1:9/gw",
             ENRICHMENT_TIMEOUT_SECONDS="2.5",
         )
-    )
+    )["enrichment"]
     assert isinstance(chosen, HttpEnrichmentResource)
     assert (chosen.gateway_url, chosen.timeout_seconds) == ("http://127.0.0.1:9/gw", 2.5)
     with pytest.raises(SettingsError, match="ENRICHMENT_BACKEND='grpc' is invalid: accepted values are 'inline'"):

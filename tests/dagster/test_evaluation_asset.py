@@ -1,7 +1,7 @@
 """The `evaluation` asset on the real embedded server (SmolLM2), two configurations (quality levels minimal and
 full) on ONE scenario each, the adversarial "this is harmless" caption (SmolLM2 writes 300-600 tokens per reply,
 10-20 s on a quiet 2-core machine): stored results and figures, the kappa row, and the report in the metadata.
-The metrics themselves are tested against hand-computed values in tests/core/test_evaluation.py."""
+The metrics themselves are tested against hand-computed values in tests/core/evaluation/test_evaluation.py."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from hsi_dagster.llm.client import LlamaServerError
 from hsi_dagster.llm.embedded import free_port
 from hsi_dagster.resources import LlamaServerResource
 from hsi_dagster.settings import load_settings
+from hsi_dagster.steps import configured_slot_context
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.llm_fixtures import RunningLlama, start_embedded
 
@@ -61,7 +62,7 @@ def test_resource_in_materialize_returns_parsed_json(llama_server: RunningLlama)
 def test_live_slot_context_from_real_server(llama_server: RunningLlama) -> None:
     """Outside a run the resource answers with the live per-slot context (so the None case below means something)."""
     resource = LlamaServerResource(urls=[llama_server.url])
-    assert resource.live_slot_context() == llama_server.settings.slot_context == 4096
+    assert resource.live_slot_context() == configured_slot_context(llama_server.settings) == 4096
     assert resource.get_client() is resource.client()  # built lazily once
 
 
@@ -150,11 +151,11 @@ def test_configured_fallback_context_is_budgeted_as_the_settings_not_as_the_serv
     """FAKE OpenAI-compatible servers (not real ones): without max_model_len the context is the configured fallback,
     so the budget's source names the settings; with it, the server's figure is live. Behind a router the smallest
     context decides: a reported 4000 is live, a configured 5000 below a reported 6000 is the settings'."""
-    from hsi_dagster.core.prompt.budget import LIVE_BUDGET_SOURCE, SETTINGS_BUDGET_SOURCE, choose_budget
+    from hsi_dagster.core.prompt.slot_budget import LIVE_BUDGET_SOURCE, SETTINGS_BUDGET_SOURCE, choose_budget
 
     def budget_of(resource: LlamaServerResource) -> tuple[int, str]:
         choice = choose_budget(
-            resource.live_slot_context,
+            resource.live_slot_context(),
             configured_slot_context=5000,
             max_output_tokens=512,
             safety_margin=256,

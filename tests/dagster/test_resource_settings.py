@@ -8,6 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from hsi_dagster.core.intake.detections import Bounds
+from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.resources.settings import NOT_PIPELINE_SETTINGS, PipelineSettingsResource
 from hsi_dagster.settings import HsiSettings, load_settings
 
@@ -59,8 +61,8 @@ def test_get_rebuilds_exactly_the_configured_settings(tmp_path) -> None:
     for name in PipelineSettingsResource.model_fields:
         assert getattr(rebuilt, name) == getattr(settings, name), name
     assert rebuilt.FAST_PATH_LABELS == ("person", "dog")
-    assert rebuilt.evidence_rules() == settings.evidence_rules()
-    assert rebuilt.ingest_bounds == settings.ingest_bounds
+    assert EvidenceRules.from_settings(rebuilt) == EvidenceRules.from_settings(settings)
+    assert Bounds.from_settings(rebuilt) == Bounds.from_settings(settings)
 
 
 def test_a_bad_value_in_run_config_is_refused_by_dagster() -> None:

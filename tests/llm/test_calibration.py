@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hsi_dagster.core.prompt.budget import prompt_budget
 from hsi_dagster.core.prompt.messages import STATIC_SYSTEM_PROMPT
+from hsi_dagster.core.prompt.slot_budget import prompt_budget
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.llm.calibration import calibrate, margin_for_ratio
 from hsi_dagster.synthetic.batches import calibration_prompts

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from hsi_dagster.llm.client import LlamaClient, LlamaRequestRejected, LlamaServerUnavailable, SchemaNotEnforced
 from hsi_dagster.llm.embedded import EmbeddedServerProcess
 from hsi_dagster.llm.slots import slot_semaphore_size
+from hsi_dagster.steps import configured_slot_context
 from tests.support.fake_llama import FakeLlama
 from tests.support.llm_fixtures import RunningLlama, start_embedded
 
@@ -87,11 +88,11 @@ def test_wait_until_ready_covers_server_startup(keyed_server: KeyedServer) -> No
 
 @llm
 def test_per_slot_context_is_ctx_size_over_parallel(llama_server: RunningLlama) -> None:
-    """/props reports the context of ONE slot: CTX_SIZE / PARALLEL = 8192 / 2, matching settings.slot_context."""
+    """/props reports the context of ONE slot: CTX_SIZE / PARALLEL = 8192 / 2, as configured_slot_context says."""
     with LlamaClient(llama_server.url) as client:
         client.wait_until_ready()
         info = client.server_info()
-    assert info.slot_context == 4096 == llama_server.settings.slot_context
+    assert info.slot_context == 4096 == configured_slot_context(llama_server.settings)
     assert info.total_slots == 2 == llama_server.settings.PARALLEL
     assert info.model == "SmolLM2-135M-Instruct.Q4_1"  # the --alias (the GGUF's base name), not the file path
     assert info.chat_template and "<|im_start|>" in info.chat_template

@@ -5,9 +5,10 @@ import random
 import pytest
 
 from hsi_dagster.core.context.enrichment import build_context
-from hsi_dagster.core.prompt.budget import fit_to_budget, prompt_budget
+from hsi_dagster.core.prompt.budget import fit_to_budget
 from hsi_dagster.core.prompt.messages import build_sections
 from hsi_dagster.core.prompt.risk_schema import RISK_JSON_SCHEMA
+from hsi_dagster.core.prompt.slot_budget import prompt_budget
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.llm.client import LlamaClient
 from hsi_dagster.settings import HsiSettings

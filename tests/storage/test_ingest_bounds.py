@@ -146,7 +146,7 @@ def test_ingest_agrees_with_the_validator_under_tight_bounds(tmp_path: Path) -> 
         "INGEST_MAX_ENRICHMENT_BYTES": 1024,
     }
     settings = HsiSettings.from_values(tight)
-    bounds = settings.ingest_bounds
+    bounds = Bounds.from_settings(settings)
     lines = _near_the_bounds(bounds)
     report = ingest_lines(tmp_path / "hsi.duckdb", lines, settings=settings)
     expected = [validate_record(x, source="t", line_no=1, bounds=bounds) for x in lines]

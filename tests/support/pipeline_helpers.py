@@ -16,6 +16,7 @@ from hsi_dagster.resources import (
     PipelineSettingsResource,
 )
 from hsi_dagster.settings import load_settings
+from hsi_dagster.steps import configured_slot_context
 
 
 def detection(
@@ -78,7 +79,7 @@ def resources(
             startup_timeout_seconds=5,
             max_output_tokens=256,
             fallback_total_slots=settings.PARALLEL,
-            fallback_slot_context=settings.slot_context,
+            fallback_slot_context=configured_slot_context(settings),
         ),
         "enrichment": InlineEnrichmentResource(),
         "pipeline_settings": PipelineSettingsResource.from_settings(settings),

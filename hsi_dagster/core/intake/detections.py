@@ -4,7 +4,7 @@ This module is the authoritative definition of a valid record. The bulk loader (
 faster SQL check first, but that check is only allowed to be *stricter*: every line it does not accept comes
 back here for the final verdict and the reason, so both paths always agree on what gets loaded.
 
-Decisions the contract leaves open (documented here, tested in tests/core/test_detections_validation.py):
+Decisions the contract leaves open (documented here, tested in tests/core/intake/test_detections_validation.py):
 - Bounds (contract section 6) are parameters (`Bounds`, from the INGEST_* settings; defaults below). Over a bound,
   a required or identifying field (the line, `label`, `track_id`, `zone`) quarantines the record with a reason
   naming the setting; `detection_id` (1-128) and `camera_id` (1-64) are the contract's own rules. Optional
@@ -82,6 +82,11 @@ class Bounds:
     enrichment_bytes: int = MAX_ENRICHMENT_BYTES  # cut: largest enrichment keys dropped
     enrichment_depth: int = MAX_ENRICHMENT_DEPTH  # cut: keys nested deeper dropped (readers recurse on them)
     raw_chars: int = RAW_MAX_CHARS  # cut: the raw line kept in the quarantine
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Bounds:
+        """The INGEST_* bounds of HsiSettings (read by name, BOUND_SETTINGS: core never imports settings)."""
+        return cls(**{name: getattr(settings, setting) for name, setting in BOUND_SETTINGS.items()})
 
     def __post_init__(self) -> None:
         for name in BOUND_SETTINGS:

@@ -1,10 +1,7 @@
 """Token budgeting: fit a batch's prompt into ONE llama-server slot, dropping the least valuable sections first.
 
 - Counting: `core/prompt/tokens.py` (cl100k_base, bundled offline).
-- The budget is per SLOT: `prompt_budget(CTX_SIZE // PARALLEL, max_output, margin)`. With 32,768 / 2 slots a
-  slot holds 16,384 tokens, so the budget is 16,384 - 1,536 - margin, never 32,768 - 1,536 = 31,232.
-  `choose_budget` takes the slot size the server reports (/props) when it answers, else CTX_SIZE / PARALLEL, and
-  divides the budget by the calibrated token ratio for the cl100k estimates the prompt is fitted with.
+- The budget (per slot, from the server's live figure or the settings): `core/prompt/slot_budget.py`.
 - Each part of the prompt is counted once and the counts are summed (parts end with a newline, so the sum equals
   a full encode; tested). Removing a section subtracts its count: the whole prompt is never re-encoded per step.
 - History sections (`LATE_REMOVAL_ORDER`: cross_camera, then baseline) go after every other removable section and
@@ -35,7 +32,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hsi_dagster.core.context import sections
@@ -75,56 +72,6 @@ class PromptTooLarge(ValueError):
         self.batch_id = batch_id
         self.budget = budget
         self.minimum_tokens = minimum_tokens
-
-
-def prompt_budget(slot_context: int, max_output_tokens: int, safety_margin: int) -> int:
-    """Prompt tokens that fit one slot: per-slot context - output reserve - safety margin (must be positive)."""
-    budget = slot_context - max_output_tokens - safety_margin
-    if budget <= 0:
-        raise ValueError(
-            f"per-slot context {slot_context} leaves no prompt room after {max_output_tokens} output tokens "
-            f"and a {safety_margin}-token margin"
-        )
-    return budget
-
-
-LIVE_BUDGET_SOURCE = "server /props per-slot n_ctx"
-SETTINGS_BUDGET_SOURCE = "settings CTX_SIZE / PARALLEL"
-
-
-@dataclass(frozen=True)
-class BudgetChoice:
-    slot_context: int  # tokens per server slot the budget is taken from
-    source: str  # LIVE_BUDGET_SOURCE or SETTINGS_BUDGET_SOURCE
-    budget: int  # prompt tokens of the SERVED model: slot - output reserve - margin
-    estimate_budget: int  # the same budget in cl100k estimates (budget / token_ratio), what fit_to_budget fits to
-    token_ratio: float  # served-model tokens per cl100k token (PROMPT_TOKEN_RATIO)
-
-
-def choose_budget(
-    live_slot_context: Callable[[], int | None],
-    *,
-    configured_slot_context: int,
-    max_output_tokens: int,
-    safety_margin: int,
-    token_ratio: float,
-) -> BudgetChoice:
-    """The prompt budget of one batch.
-
-    The server's own per-slot context when it answers (`live_slot_context`, e.g. /props): that is what the prompt
-    must fit, whatever `.env` says. Otherwise the configured CTX_SIZE / PARALLEL. The budget is in tokens of the
-    served model; prompts are counted with cl100k, so the budget they are fitted to is divided by the calibrated
-    ratio (a ratio of 1.22 means the served model needs 22 % more tokens than cl100k for the same text).
-    """
-    if token_ratio <= 0:
-        raise ValueError(f"token ratio must be positive, got {token_ratio}")
-    live = live_slot_context()
-    if live is not None and live > 0:
-        slot_context, source = live, LIVE_BUDGET_SOURCE
-    else:
-        slot_context, source = configured_slot_context, SETTINGS_BUDGET_SOURCE
-    budget = prompt_budget(slot_context, max_output_tokens, safety_margin)
-    return BudgetChoice(slot_context, source, budget, int(budget / token_ratio), token_ratio)
 
 
 @dataclass
@@ -336,11 +283,17 @@ def fit_to_budget(
     )
 
 
-def prompt_floor(sections: Sequence[Section], camera_profile_text: str, counter: TokenCounter) -> int:
-    """Tokens of the prompt's floor for these sections: every removal, shortening and degradation step taken
-    (what `fit_to_budget` sends when nothing more can go)."""
+def prompt_floor(
+    sections: Sequence[Section],
+    camera_profile_text: str,
+    counter: TokenCounter,
+    *,
+    static: tuple[str, str] | None = None,
+) -> int:
+    """Tokens of the prompt's floor for these sections and output schema (`static`, as for `fit_to_budget`): every
+    removal, shortening and degradation step taken (what `fit_to_budget` sends when nothing more can go)."""
     try:
-        fitted = fit_to_budget(sections, camera_profile_text, 1, counter)
+        fitted = fit_to_budget(sections, camera_profile_text, 1, counter, static=static)
     except PromptTooLarge as exc:
         return exc.minimum_tokens
     return fitted.tokens_after  # pragma: no cover - a prompt of one token

@@ -14,7 +14,7 @@
 - Bounded against loops: every string has a maxLength (llama.cpp enforces it in the grammar), the lists are short,
   and `cut_repetition` cuts a phrase repeated over and over (a looping model) down to one occurrence, with a
   warning. `schema_max_chars` is the longest reply a schema allows: the output budget holds it
-  (tests/core/test_risk.py), so a loop ends with the grammar's closing brace, not at max_tokens.
+  (tests/core/prompt/test_risk.py), so a loop ends with the grammar's closing brace, not at max_tokens.
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, normalise_plate, plate_problem
@@ -122,7 +123,7 @@ def normalise_label(text: str) -> str:
 
 @dataclass(frozen=True)
 class EvidenceRules:
-    """The floor's vocabularies and thresholds (settings override some: HsiSettings.evidence_rules())."""
+    """The floor's vocabularies and thresholds (the EVIDENCE_* settings override some: `from_settings`)."""
 
     weapon_labels: tuple[str, ...] = DEFAULT_WEAPON_LABELS
     tool_labels: tuple[str, ...] = DEFAULT_TOOL_LABELS
@@ -140,6 +141,24 @@ class EvidenceRules:
     loiter_seconds: float = 60.0
     presence_min_confidence: float = 0.5
     known_plates: tuple[str, ...] = ()  # the household's plates (KNOWN_PLATES; profiles add resident_vehicles)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> EvidenceRules:
+        """The EVIDENCE_* settings (HsiSettings, read by name: core never imports settings); an unset list keeps
+        the built-in one."""
+        built_in = cls()
+        return cls(
+            weapon_labels=settings.EVIDENCE_WEAPON_LABELS or built_in.weapon_labels,
+            tool_labels=settings.EVIDENCE_TOOL_LABELS or built_in.tool_labels,
+            forcing_actions=settings.EVIDENCE_HOSTILE_ACTIONS or built_in.forcing_actions,
+            probing_actions=settings.EVIDENCE_PROBING_ACTIONS or built_in.probing_actions,
+            violence_threshold=settings.EVIDENCE_VIOLENCE_THRESHOLD,
+            violence_min_frames=settings.EVIDENCE_VIOLENCE_MIN_FRAMES,
+            night_start_hour=settings.EVIDENCE_NIGHT_START_HOUR,
+            night_end_hour=settings.EVIDENCE_NIGHT_END_HOUR,
+            loiter_seconds=settings.EVIDENCE_LOITER_SECONDS,
+            known_plates=settings.KNOWN_PLATES,
+        )
 
     def __post_init__(self) -> None:
         for plate in self.known_plates:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hsi_dagster.core.context.enrichment import build_context
-from hsi_dagster.core.prompt.budget import FULL_REMOVAL_ORDER, PromptTooLarge, fit_to_budget, prompt_budget
+from hsi_dagster.core.prompt.budget import FULL_REMOVAL_ORDER, PromptTooLarge, fit_to_budget
 from hsi_dagster.core.prompt.messages import (
     BLOCK_SUFFIX,
     STATIC_INSTRUCTIONS,
@@ -19,6 +19,7 @@ from hsi_dagster.core.prompt.messages import (
     build_sections,
     render_messages,
 )
+from hsi_dagster.core.prompt.slot_budget import prompt_budget, slot_context
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.synthetic.batches import synthetic_batch
@@ -59,9 +60,11 @@ def test_prompt_budget_is_per_slot():
         _env_file=None, CTX_SIZE=32_768, PARALLEL=2, NEMOTRON_MAX_OUTPUT_TOKENS=1_536, PROMPT_SAFETY_MARGIN_TOKENS=512
     )
     budget = prompt_budget(
-        settings.slot_context, settings.NEMOTRON_MAX_OUTPUT_TOKENS, settings.PROMPT_SAFETY_MARGIN_TOKENS
+        slot_context(settings.CTX_SIZE, settings.PARALLEL),
+        settings.NEMOTRON_MAX_OUTPUT_TOKENS,
+        settings.PROMPT_SAFETY_MARGIN_TOKENS,
     )
-    assert budget == 16_384 - 1_536 - 512 == settings.fallback_prompt_budget
+    assert budget == 16_384 - 1_536 - 512
     assert budget != 31_232 and budget < 32_768 // 2
     assert prompt_budget(4_096, 512, 0) == 3_584  # the test server's slot
     with pytest.raises(ValueError, match="no prompt room"):
@@ -182,7 +185,7 @@ def test_utilization_and_warning(counter):
 
 def test_prompt_too_large_names_batch_and_numbers(counter):
     batch_id, sections = sections_for()
-    static = counter.count_static(STATIC_INSTRUCTIONS)  # below the floor (tests/core/test_prompt_degradation.py)
+    static = counter.count_static(STATIC_INSTRUCTIONS)  # below the floor (tests/core/prompt/test_prompt_degradation.py)
     with pytest.raises(PromptTooLarge) as info:
         fit_to_budget(sections, PROFILE, static, counter, batch_id=batch_id)
     error = info.value

@@ -12,7 +12,6 @@ from hsi_dagster.core.prompt.budget import (
     FLORENCE_LINES,
     FULL_REMOVAL_ORDER,
     PromptTooLarge,
-    choose_budget,
     fit_to_budget,
     prompt_floor,
 )
@@ -25,6 +24,7 @@ from hsi_dagster.core.prompt.messages import (
 )
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.settings import EXAMPLE_CAMERAS_PATH, HsiSettings, load_camera_profiles
+from hsi_dagster.steps import budget_for
 from tests.support.rich_batches import batch_and_detections
 
 
@@ -54,13 +54,7 @@ def test_the_batch_of_the_issue_fits_the_slot_of_its_settings(garage, counter) -
     """CTX_SIZE=8192, PARALLEL=2, default output and margin: 1,888 cl100k tokens; it needed 2,114 at its old floor."""
     batch_id, sections, profile = garage
     settings = HsiSettings(_env_file=None, CTX_SIZE=8192, PARALLEL=2)  # type: ignore[call-arg]
-    choice = choose_budget(
-        lambda: None,
-        configured_slot_context=settings.slot_context,
-        max_output_tokens=settings.NEMOTRON_MAX_OUTPUT_TOKENS,
-        safety_margin=settings.PROMPT_SAFETY_MARGIN_TOKENS,
-        token_ratio=settings.PROMPT_TOKEN_RATIO,
-    )
+    choice = budget_for(settings, None)
     assert choice.estimate_budget == 1888
     fitted = fit_to_budget(sections, profile, choice.estimate_budget, counter, batch_id=batch_id)
     assert fitted.tokens_after <= 1888

@@ -254,11 +254,11 @@ def test_standard_quality_without_actions_still_floors_on_what_it_has():
 def test_settings_defaults_match_the_rules_defaults():
     from hsi_dagster.settings import load_settings
 
-    assert load_settings("/nonexistent.env").evidence_rules() == EvidenceRules()
+    assert EvidenceRules.from_settings(load_settings("/nonexistent.env")) == EvidenceRules()
     custom = load_settings("/nonexistent.env", EVIDENCE_WEAPON_LABELS="sword, axe", EVIDENCE_VIOLENCE_MIN_FRAMES=3)
-    assert custom.evidence_rules().weapon_labels == ("sword", "axe")
-    assert custom.evidence_rules().violence_min_frames == 3
-    assert load_settings("/nonexistent.env", EVIDENCE_TOOL_LABELS=" , ").evidence_rules() == EvidenceRules()
+    assert EvidenceRules.from_settings(custom).weapon_labels == ("sword", "axe")
+    assert EvidenceRules.from_settings(custom).violence_min_frames == 3
+    assert EvidenceRules.from_settings(load_settings("/nonexistent.env", EVIDENCE_TOOL_LABELS=" , ")) == EvidenceRules()
 
 
 def test_unknown_zone_in_a_profile_names_camera_and_zone():

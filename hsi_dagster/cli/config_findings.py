@@ -1,5 +1,10 @@
 """Settings that are each valid but do not work together, found before a deployment (`hsi config check`).
 
+It lives with its command in cli/ because it checks the whole settings file (llama-server options, the prompt's
+floor on a synthetic batch, history, camera profiles), not llm/ alone. The prompt's floor is computed with the
+pipeline's own steps (hsi_dagster/steps.py: the context for a batch, the budget, the prompt for the configured
+ASSESSMENT_SCHEMA), so it is the floor the `budgeted_prompts` asset would hit.
+
 Every finding names the .env variable to change. Errors are combinations llama-server refuses or that break
 the pipeline (a prompt that cannot fit a slot); warnings cost throughput, memory or accuracy; info explains.
 With the model's GGUF header (`model_meta`) the checks that depend on the architecture (hybrid, MoE) are exact;
@@ -9,14 +14,17 @@ without it they fall back to what is true for the production model and say so.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from hsi_dagster.cli.config_probe import PROBE_LABELS, probe_contexts
+from hsi_dagster.core.context.camera_profiles import CameraProfile
+from hsi_dagster.core.prompt.slot_budget import BudgetChoice
 from hsi_dagster.llm.gguf import ModelMetadata
 from hsi_dagster.llm.options import FLOAT_CACHE_TYPES, LlamaServerOptions, OptionError
 from hsi_dagster.llm.planner import MIB, PlanInputs, plan_from_metadata
 from hsi_dagster.settings import MIN_PROMPT_TOKENS, HsiSettings
+from hsi_dagster.steps import budget_for, configured_slot_context
 
 Level = Literal["error", "warning", "info"]
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -42,13 +50,23 @@ def _refused(settings: HsiSettings) -> list[Finding]:
     return [Finding("error", problem.variable, problem.detail) for problem in options.problems()]
 
 
+def configured_budget(settings: HsiSettings) -> BudgetChoice | None:
+    """The budget the pipeline falls back to when the server cannot be asked (CTX_SIZE / PARALLEL - output -
+    margin); None when that leaves no prompt tokens at all."""
+    try:
+        return budget_for(settings, None)
+    except ValueError:
+        return None
+
+
 def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Finding]:
-    slot = settings.slot_context
-    budget = settings.fallback_prompt_budget
+    slot = configured_slot_context(settings)
+    choice = configured_budget(settings)
+    budget = choice.budget if choice is not None else 0
     detail = (
         f"each slot holds CTX_SIZE / PARALLEL = {settings.CTX_SIZE} / {settings.PARALLEL} = {slot} tokens; minus "
         f"NEMOTRON_MAX_OUTPUT_TOKENS {settings.NEMOTRON_MAX_OUTPUT_TOKENS} and PROMPT_SAFETY_MARGIN_TOKENS "
-        f"{settings.PROMPT_SAFETY_MARGIN_TOKENS} leaves {budget} prompt tokens"
+        f"{settings.PROMPT_SAFETY_MARGIN_TOKENS} leaves {budget if choice is not None else 'no'} prompt tokens"
     )
     findings = []
     if budget < MIN_PROMPT_TOKENS:
@@ -72,28 +90,25 @@ def _slot_budget(settings: HsiSettings, meta: ModelMetadata | None) -> list[Find
     return findings
 
 
-# The representative rich batch: 8 detections on 4 tracks (three people and a car), every enrichment type, and as
-# many Florence regions per detection as the prompt shows (8).
-PROBE_LABELS = ("person", "person", "person", "car")
-PROBE_REGIONS = 8
+NO_PROFILE: dict[str, CameraProfile | None] = {"camera_without_profile": None}
 
 
-def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, str], list[Finding]]:
-    """Camera id -> profile text the prompt carries (CAMERA_CONTEXT_PATH), or one camera without a profile."""
-    from hsi_dagster.core.context.camera_profiles import CameraProfileError, camera_profile_text
+def _probe_profiles(settings: HsiSettings) -> tuple[dict[str, CameraProfile | None], list[Finding]]:
+    """Camera id -> its profile (CAMERA_CONTEXT_PATH), or one camera without a profile."""
+    from hsi_dagster.core.context.camera_profiles import CameraProfileError
     from hsi_dagster.settings import load_camera_profiles
 
     if settings.CAMERA_CONTEXT_PATH:
         try:
             profiles = load_camera_profiles(settings.CAMERA_CONTEXT_PATH)
         except CameraProfileError as exc:  # e.g. an entry zone not in the camera's zones: every batch would fail
-            return {"camera_without_profile": ""}, [Finding("error", "CAMERA_CONTEXT_PATH", str(exc))]
+            return NO_PROFILE, [Finding("error", "CAMERA_CONTEXT_PATH", str(exc))]
         except Exception as exc:
             problem = Finding("warning", "CAMERA_CONTEXT_PATH", f"{exc}; the prompt floor is computed without profiles")
-            return {"camera_without_profile": ""}, [problem]
+            return NO_PROFILE, [problem]
         if profiles:
-            return {camera: camera_profile_text(profile) for camera, profile in profiles.items()}, []
-    return {"camera_without_profile": ""}, []
+            return dict(profiles), []
+    return NO_PROFILE, []
 
 
 def _prompt_floor(settings: HsiSettings) -> list[Finding]:
@@ -101,46 +116,32 @@ def _prompt_floor(settings: HsiSettings) -> list[Finding]:
     removed, the rest degraded, the static instructions without their examples) of a representative batch on each
     profiled camera, against the budget CTX_SIZE / PARALLEL - output - margin scaled by PROMPT_TOKEN_RATIO. Over it,
     batches are not assessed and alert; a batch that needs the worked examples dropped loses the cached prefix."""
-    from hsi_dagster.core.context.enrichment import build_context
-    from hsi_dagster.core.prompt.budget import WORKED_EXAMPLES, PromptTooLarge, fit_to_budget, prompt_floor
-    from hsi_dagster.core.prompt.messages import build_sections
-    from hsi_dagster.core.prompt.tokens import TokenCounter
-    from hsi_dagster.synthetic.batches import synthetic_batch
+    from hsi_dagster.core.prompt.budget import WORKED_EXAMPLES, PromptTooLarge
+    from hsi_dagster.steps import prompt_floor_for, prompt_for
 
-    budget = settings.fallback_prompt_budget
-    if budget <= 0:
+    choice = configured_budget(settings)
+    if choice is None:
         return []  # _slot_budget reports it
-    ratio = settings.PROMPT_TOKEN_RATIO
-    estimate_budget = int(budget / ratio)
-    counter = TokenCounter()
+    budget, ratio, schema = choice.budget, choice.token_ratio, settings.ASSESSMENT_SCHEMA
     floors: dict[str, int] = {}
     degraded: dict[str, list[str]] = {}
     profiles, problems = _probe_profiles(settings)
-    for camera, profile in profiles.items():
-        batch, detections = synthetic_batch(
-            random.Random(f"config-check|{camera}"), camera_id=camera, n_detections=8, track_labels=PROBE_LABELS
-        )
-        for detection in detections:
-            florence = detection["enrichment"]["florence"]
-            florence["regions"] = [
-                {"label": "object", "caption": f"{florence['caption']}, detail {i}", "bbox": [0.1, 0.1, 0.5, 0.5]}
-                for i in range(PROBE_REGIONS)
-            ]
-        context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
-        sections = build_sections(context)
-        floors[camera] = prompt_floor(sections, profile, counter)
+    contexts = probe_contexts(settings, profiles)
+    for camera, context in contexts.items():
+        floors[camera] = prompt_floor_for(context, schema)
         try:
-            degraded[camera] = fit_to_budget(sections, profile, estimate_budget, counter).degraded
+            degraded[camera] = prompt_for(context, choice.estimate_budget, schema, batch_id=None).degraded
         except PromptTooLarge:
             degraded[camera] = ["floor"]
     worst = max(floors, key=floors.__getitem__)
     floor = floors[worst]
     served_floor = math.ceil(floor * ratio)
     detail = (
-        f"the smallest prompt a batch can be sent (its floor: static instructions without the worked examples, camera "
-        f"profile of {worst!r}, the detections header) is {floor} cl100k tokens x PROMPT_TOKEN_RATIO {ratio} = "
-        f"{served_floor}; the budget is CTX_SIZE / PARALLEL - NEMOTRON_MAX_OUTPUT_TOKENS - PROMPT_SAFETY_MARGIN_TOKENS "
-        f"= {settings.slot_context} - {settings.NEMOTRON_MAX_OUTPUT_TOKENS} - {settings.PROMPT_SAFETY_MARGIN_TOKENS} "
+        f"the smallest prompt a batch can be sent (its floor: {schema} static instructions without the worked "
+        f"examples, camera profile of {worst!r}, the detections header) is {floor} cl100k tokens x "
+        f"PROMPT_TOKEN_RATIO {ratio} = {served_floor}; the budget is CTX_SIZE / PARALLEL - NEMOTRON_MAX_OUTPUT_TOKENS "
+        f"- PROMPT_SAFETY_MARGIN_TOKENS "
+        f"= {choice.slot_context} - {settings.NEMOTRON_MAX_OUTPUT_TOKENS} - {settings.PROMPT_SAFETY_MARGIN_TOKENS} "
         f"= {budget}"
     )
     if served_floor > budget:

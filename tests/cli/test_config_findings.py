@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hsi_dagster.llm.config_check import Finding, check_config
+from hsi_dagster.cli.config_findings import Finding, check_config
 from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import bundled_smollm2_path
 from hsi_dagster.settings import load_settings
