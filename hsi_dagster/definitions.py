@@ -24,6 +24,7 @@ from hsi_dagster.assets.evaluation import evaluation
 from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
+from hsi_dagster.core.context.gateway_protocol import frigate_media_base
 from hsi_dagster.core.prompt.tokens import preload_tokenizer
 from hsi_dagster.jobs import (
     batch_pipeline_job,
@@ -63,7 +64,9 @@ def enrichment_resource(settings: HsiSettings) -> EnrichmentResource:
     """The enrichment source ENRICHMENT_BACKEND names."""
     if settings.ENRICHMENT_BACKEND == "http":
         return HttpEnrichmentResource(
-            gateway_url=settings.ENRICHMENT_GATEWAY_URL, timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS
+            gateway_url=settings.ENRICHMENT_GATEWAY_URL,
+            timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS,
+            frigate_url=frigate_media_base(settings.FRIGATE_URL) or "",  # never its credentials
         )
     return InlineEnrichmentResource()
 
