@@ -38,7 +38,11 @@ class FrigateUsageError(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ resolutions
-def read_frigate_config(settings: HsiSettings, config_path: str | None) -> tuple[Any, str]:
+def read_frigate_config(
+    settings: HsiSettings,
+    config_path: str | None,
+    why: str = "Frigate's boxes are in pixels of each camera's detect resolution",
+) -> tuple[Any, str]:
     """Frigate's parsed configuration and where it came from: --frigate-config, else FRIGATE_CONFIG_PATH, else
     FRIGATE_URL/api/config. FrigateUsageError when none is given or it cannot be read."""
     path = config_path or settings.FRIGATE_CONFIG_PATH
@@ -52,14 +56,16 @@ def read_frigate_config(settings: HsiSettings, config_path: str | None) -> tuple
 
             api = FrigateResource(url=settings.FRIGATE_URL, timeout_seconds=settings.FRIGATE_API_TIMEOUT_SECONDS)
             try:
-                return api.fetch_config(), f"{api.base_url}/api/config"
+                config = api.fetch_config()
             except FrigateApiError as exc:
                 raise FrigateUsageError(str(exc)) from None
+            from hsi_dagster.core.context.gateway_protocol import frigate_media_base
+
+            return config, f"{frigate_media_base(api.base_url) or 'FRIGATE_URL'}/api/config"  # never its credentials
     except FrigateConfigError as exc:
         raise FrigateUsageError(str(exc)) from None
     raise FrigateUsageError(
-        "Frigate's boxes are in pixels of each camera's detect resolution: give --frigate-config "
-        "(Frigate's config.yml), or set FRIGATE_CONFIG_PATH or FRIGATE_URL"
+        f"{why}: give --frigate-config (Frigate's config.yml), or set FRIGATE_CONFIG_PATH or FRIGATE_URL"
     )
 
 
@@ -328,14 +334,6 @@ def cmd_profiles(args: argparse.Namespace, settings: HsiSettings) -> int:
     """Camera profiles proposed from Frigate's cameras and zones (core/frigate/profiles.py), to stdout or --out."""
     from hsi_dagster.core.frigate.profiles import frigate_timezone, propose_profiles, render_profiles
 
-    config, origin = read_frigate_config(settings, args.frigate_config)
-    try:
-        proposals = propose_profiles(config, origin=origin)
-    except FrigateConfigError as exc:
-        raise FrigateUsageError(str(exc)) from None
-    timezone, source = args.timezone, "from --timezone"
-    if timezone is None and (timezone := frigate_timezone(config)) is not None:
-        source = "from Frigate's ui.timezone: EDIT if this camera's is another"
     if args.timezone is not None:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -343,6 +341,16 @@ def cmd_profiles(args: argparse.Namespace, settings: HsiSettings) -> int:
             ZoneInfo(args.timezone)
         except (ZoneInfoNotFoundError, ValueError):
             raise FrigateUsageError(f"--timezone {args.timezone!r} is not an IANA time zone (Europe/London)") from None
+    config, origin = read_frigate_config(
+        settings, args.frigate_config, "the profiles are proposed from Frigate's cameras and zones"
+    )
+    try:
+        proposals = propose_profiles(config, origin=origin)
+    except FrigateConfigError as exc:
+        raise FrigateUsageError(str(exc)) from None
+    timezone, source = args.timezone, "from --timezone"
+    if timezone is None and (timezone := frigate_timezone(config)) is not None:
+        source = "from Frigate's ui.timezone: EDIT if this camera's is another"
     text = render_profiles(proposals, origin=origin, timezone=timezone, timezone_source=source)
     if not args.out:
         sys.stdout.write(text)
