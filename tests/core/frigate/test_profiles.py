@@ -105,3 +105,29 @@ def test_a_config_without_cameras_is_an_error(config):
 def test_an_unknown_ui_timezone_is_not_used():
     assert frigate_timezone({"ui": {"timezone": "Mars/Olympus"}}) is None
     assert frigate_timezone({"ui": None}) is None
+
+
+def test_the_proposal_gives_the_recorded_cameras_the_zone_rules():
+    """A stranger on Frigate's `porch` at 02:30: nothing without a profile, high with the proposed one (real payload
+    through the real mapping, context and floor); a passer-by on the `street` zone stays unraised."""
+    from hsi_dagster.core.context.enrichment import build_context
+    from hsi_dagster.core.verdict.evidence import evidence_floor
+    from tests.core.verdict.test_frigate_evidence import detections, new, person
+
+    config = yaml.safe_load(RECORDED.read_text(encoding="utf-8"))
+    profiles = parse_camera_profiles(rendered(config, "Europe/London"), source="proposal")
+
+    def floor(records, profile):
+        batch = {"batch_id": "b", "camera_id": records[0]["camera_id"], "started_at": records[0]["ts"]}
+        batch |= {"last_ts": records[-1]["ts"], "close_reason": "idle"}
+        context = build_context(batch, records, quality_level="full", clip_noise_threshold=0.2, camera_profile=profile)
+        return evidence_floor(context, profile)
+
+    at_porch = detections(new(person(current_zones=["porch"], entered_zones=["walkway", "porch"])))
+    assert floor(at_porch, None).score == 0
+    proposed = floor(at_porch, profiles["front_door"])
+    assert proposed.level == "high" and "entry zone 'porch'" in proposed.reasons[0]
+    on_street = detections(
+        new(person(camera="driveway", box=[100, 100, 300, 900], current_zones=["street"], entered_zones=["street"]))
+    )
+    assert floor(on_street, profiles["driveway"]).score == 0
