@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from hsi_dagster.cli.config_findings import Finding, check_config
+from hsi_dagster.cli.frigate import profile_findings
 from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import model_path
 
@@ -38,6 +39,7 @@ def run_config_check(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             extra.append(Finding("warning", "MODEL_PATH", f"model checks skipped: cannot read the GGUF header ({exc})"))
     findings = extra + check_config(settings, meta)
+    findings += [Finding(*finding) for finding in profile_findings(settings)]  # cameras without a profile
     for finding in findings:
         print(finding)
     if not findings:

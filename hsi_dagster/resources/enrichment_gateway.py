@@ -23,6 +23,7 @@ from hsi_dagster.core.context.gateway_protocol import (
     EnrichmentResult,
     GatewayReplyError,
     Results,
+    frigate_media_base,
     merge_results,
     missing_types,
     read_json_reply,
@@ -73,24 +74,32 @@ def _exchange(client: httpx.Client, url: str, body: dict, deadline: float, out: 
 
 
 class HttpEnrichmentResource(EnrichmentResource):
-    """POST the batch's detection ids to a vision gateway; never wait longer than `timeout_seconds` in total.
+    """POST the batch's detections (label, box, track, zones, Frigate's event and media URLs) to a vision gateway;
+    never wait longer than `timeout_seconds` in total.
 
     A batch that is not fully enriched in time goes on with what is ready, and its context records which types
     are missing."""
 
     gateway_url: str = Field(description="Base URL of the vision gateway (ENRICHMENT_GATEWAY_URL).")
     timeout_seconds: float = Field(30.0, gt=0, description="One deadline for the whole exchange (s).")
+    frigate_url: str = Field(
+        "", description="Frigate's API, the base of the media URLs sent (FRIGATE_URL without credentials; '' = none)."
+    )
 
     @classmethod
     def from_settings(cls, settings: HsiSettings) -> HttpEnrichmentResource:
-        return cls(gateway_url=settings.ENRICHMENT_GATEWAY_URL, timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS)
+        return cls(
+            gateway_url=settings.ENRICHMENT_GATEWAY_URL,
+            timeout_seconds=settings.ENRICHMENT_TIMEOUT_SECONDS,
+            frigate_url=frigate_media_base(settings.FRIGATE_URL) or "",  # never its credentials
+        )
 
     def fetch(
         self, batch: Mapping[str, Any], detections: Sequence[Mapping[str, Any]], types: Collection[str]
     ) -> EnrichmentResult:
         start = time.monotonic()
         deadline = start + self.timeout_seconds
-        body = request_body(batch, detections, types)
+        body = request_body(batch, detections, types, frigate_url=self.frigate_url)
         out = _Exchange()
         client = httpx.Client(timeout=httpx.Timeout(self.timeout_seconds))
         worker = threading.Thread(

@@ -1,4 +1,4 @@
-"""Frigate's own `config.yml` (or `config.json`) read from disk for the cameras' detect resolutions.
+"""Frigate's own `config.yml` (or `config.json`) read from disk: for the cameras' detect resolutions and zones.
 
 The structure is interpreted by `core.frigate.config.detect_resolutions`; this module only reads and parses the file.
 """
@@ -8,23 +8,28 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from hsi_dagster.core.frigate.config import DetectResolutions, FrigateConfigError, detect_resolutions
 
 
-def load_detect_resolutions(path: str | os.PathLike[str]) -> DetectResolutions:
-    """Detect resolutions per camera from a Frigate config file; FrigateConfigError names the file and the key."""
+def load_frigate_config(path: str | os.PathLike[str]) -> Any:
+    """Frigate's config file parsed (YAML, or JSON for a `.json` file); FrigateConfigError names the file."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise FrigateConfigError(f"cannot read the Frigate config {file}: {exc}") from None
     try:
-        parsed = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+        return json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise FrigateConfigError(
             f"the Frigate config {file} is not valid {file.suffix.lstrip('.') or 'YAML'}: {exc}"
         ) from None
-    return detect_resolutions(parsed, origin=str(file))
+
+
+def load_detect_resolutions(path: str | os.PathLike[str]) -> DetectResolutions:
+    """Detect resolutions per camera from a Frigate config file; FrigateConfigError names the file and the key."""
+    return detect_resolutions(load_frigate_config(path), origin=str(Path(path)))

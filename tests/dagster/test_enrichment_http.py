@@ -164,10 +164,12 @@ def test_backend_setting_picks_the_gateway_class_with_its_url_and_deadline():
             ENRICHMENT_BACKEND="http",
             ENRICHMENT_GATEWAY_URL="http://127.0.0.1:9/gw",
             ENRICHMENT_TIMEOUT_SECONDS="2.5",
+            FRIGATE_URL="http://viewer:s3cret@frigate:5000/?token=abc",
         )
     )["enrichment"]
     assert isinstance(chosen, HttpEnrichmentResource)
     assert (chosen.gateway_url, chosen.timeout_seconds) == ("http://127.0.0.1:9/gw", 2.5)
+    assert chosen.frigate_url == "http://frigate:5000"  # the resource's config never holds Frigate's credentials
     with pytest.raises(SettingsError, match="ENRICHMENT_BACKEND='grpc' is invalid: accepted values are 'inline'"):
         load_settings(os.devnull, ENRICHMENT_BACKEND="grpc")
 
@@ -178,13 +180,97 @@ def test_gateway_results_are_merged_and_the_request_is_documented_shape():
     [request] = gateway.requests
     assert request["path"] == "/v1/enrich"
     assert request["body"]["batch_id"] == "b1" and request["body"]["types"] == list(TYPES)
-    assert request["body"]["detections"][0] == {"detection_id": "d1", "camera_id": "cam", "ts": T0.isoformat()}
+    assert request["body"]["detections"][0] == {
+        "detection_id": "d1",
+        "camera_id": "cam",
+        "ts": T0.isoformat(),
+        "label": "person",
+        "confidence": 0.9,
+        "bbox": None,
+        "track_id": "t1",
+        "zones": [],
+        "source": None,  # not from Frigate: the gateway finds the frames by camera and time
+    }
     d1, d2 = result.detections
     assert d1["enrichment"]["florence"]["caption"] == "a man at the door"
     assert d1["enrichment"]["scene"]["lighting"] == "night"  # inline payload kept
     assert "bogus_type" not in d2["enrichment"]
     assert result.missing_types == ("reid",) and result.errors == []
     assert DETECTIONS[0]["enrichment"] == {"scene": {"description": "porch", "lighting": "night", "indoor": False}}
+
+
+FRIGATE_EVENT = "1764554400.123456-ab12cd"
+FRIGATE_DETECTIONS = [
+    {  # an MQTT `update` of a person on two overlapping zones (core/frigate/mapping.py)
+        "detection_id": f"frigate:{FRIGATE_EVENT}:update:1764554405.500000",
+        "camera_id": "front_door",
+        "ts": T0 + timedelta(seconds=5),
+        "label": "person",
+        "confidence": 0.87,
+        "bbox": [0.42, 0.31, 0.55, 0.88],
+        "track_id": FRIGATE_EVENT,
+        "zone": "driveway,porch",
+        "enrichment": {"frigate": {"source": "mqtt", "type": "update", "current_zones": ["driveway", "porch"]}},
+    },
+    {  # an /api/events item of the same object
+        "detection_id": f"frigate:{FRIGATE_EVENT}:api",
+        "camera_id": "front_door",
+        "ts": T0,
+        "label": "person",
+        "confidence": 0.8,
+        "bbox": [0.4, 0.3, 0.5, 0.9],
+        "track_id": FRIGATE_EVENT,
+        "zone": "porch",
+        "enrichment": {"frigate": {"source": "api"}},
+    },
+]
+
+
+def test_a_frigate_detection_reaches_the_gateway_with_its_box_track_zones_and_media_urls():
+    """Issue 40 item 7: what a real vision service needs to find and judge the frames arrives over HTTP; the media
+    URLs are Frigate's event API on FRIGATE_URL, and no credential of FRIGATE_URL reaches the gateway."""
+    resource = HttpEnrichmentResource(
+        gateway_url="", timeout_seconds=5, frigate_url="http://viewer:s3cret@frigate.lan:5000/?token=abc"
+    )
+    with FakeGateway(ok) as gateway:
+        resource = resource.model_copy(update={"gateway_url": gateway.url})
+        result = resource.fetch({"batch_id": "b2", "camera_id": "front_door"}, FRIGATE_DETECTIONS, ["florence"])
+    [request] = gateway.requests
+    first, second = request["body"]["detections"]
+    event = f"http://frigate.lan:5000/api/events/{FRIGATE_EVENT}"
+    assert first == {
+        "detection_id": FRIGATE_DETECTIONS[0]["detection_id"],
+        "camera_id": "front_door",
+        "ts": (T0 + timedelta(seconds=5)).isoformat(),
+        "label": "person",
+        "confidence": 0.87,
+        "bbox": [0.42, 0.31, 0.55, 0.88],
+        "track_id": FRIGATE_EVENT,
+        "zones": ["driveway", "porch"],  # every current zone, not the joined text
+        "source": {
+            "kind": "frigate",
+            "event_id": FRIGATE_EVENT,
+            "snapshot_url": f"{event}/snapshot.jpg",
+            "clip_url": f"{event}/clip.mp4",
+            "thumbnail_url": f"{event}/thumbnail.jpg",
+        },
+    }
+    assert second["zones"] == ["porch"] and second["source"]["snapshot_url"] == f"{event}/snapshot.jpg"
+    assert "s3cret" not in json.dumps(request) and "token" not in json.dumps(request)
+    assert [d["detection_id"] for d in result.detections] == [d["detection_id"] for d in FRIGATE_DETECTIONS]
+
+
+def test_without_frigate_url_a_frigate_detection_still_names_its_event():
+    with FakeGateway(ok) as gateway:
+        http_enrichment(gateway.url, 5).fetch(BATCH, FRIGATE_DETECTIONS[:1], ["florence"])
+    [request] = gateway.requests
+    assert request["body"]["detections"][0]["source"] == {
+        "kind": "frigate",
+        "event_id": FRIGATE_EVENT,
+        "snapshot_url": None,
+        "clip_url": None,
+        "thumbnail_url": None,
+    }
 
 
 @pytest.mark.parametrize("behaviour", [slow, trickle], ids=["slow", "trickle"])
