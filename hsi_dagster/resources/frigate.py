@@ -15,6 +15,7 @@ from urllib.parse import quote
 import dagster as dg
 import httpx
 
+from hsi_dagster.core.context.gateway_protocol import frigate_media_base
 from hsi_dagster.settings import HsiSettings
 
 MAX_PAGE_LIMIT = 10_000
@@ -62,30 +63,38 @@ class FrigateResource(dg.ConfigurableResource):
             raise FrigateApiError("FRIGATE_URL is not set")
         return self.url.strip().rstrip("/")
 
+    def _shown(self, path: str) -> str:
+        """The endpoint as messages and logs name it: FRIGATE_URL without its user, password, query or fragment."""
+        return f"{frigate_media_base(self.base_url) or '<FRIGATE_URL>'}{path}"
+
+    def _scrub(self, text: str) -> str:
+        """An error's text with the full FRIGATE_URL (credentials and all) replaced by its shown form."""
+        return text.replace(self.base_url, self._shown(""))
+
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        endpoint = f"{self.base_url}{path}"
+        endpoint, shown = f"{self.base_url}{path}", self._shown(path)
         try:
             with httpx.Client(timeout=self.timeout_seconds) as client:
                 response = client.get(endpoint, params=params)
         except httpx.HTTPError as exc:
-            raise FrigateApiError(f"GET {endpoint}: {type(exc).__name__}: {exc}") from None
+            raise FrigateApiError(f"GET {shown}: {type(exc).__name__}: {self._scrub(str(exc))}") from None
         if response.status_code != 200:
-            raise FrigateApiError(f"GET {endpoint}: HTTP {response.status_code}: {response.text[:200]}")
+            raise FrigateApiError(f"GET {shown}: HTTP {response.status_code}: {response.text[:200]}")
         try:
             return response.json()
         except ValueError:
-            raise FrigateApiError(f"GET {endpoint}: the answer is not JSON: {response.text[:200]}") from None
+            raise FrigateApiError(f"GET {shown}: the answer is not JSON: {response.text[:200]}") from None
 
     def fetch_config(self) -> dict[str, Any]:
         """`/api/config`: Frigate's resolved configuration (detect resolutions included)."""
         config = self._get("/api/config")
         if not isinstance(config, dict):
-            raise FrigateApiError(f"GET {self.base_url}/api/config: expected an object, got {type(config).__name__}")
+            raise FrigateApiError(f"GET {self._shown('/api/config')}: expected an object, got {type(config).__name__}")
         return config
 
     def events_after(self, after: float, *, max_items: int = 1000) -> list[dict[str, Any]]:
         """Events with start_time > `after`, oldest first, at most about `max_items` (whole start_times)."""
-        endpoint = f"{self.base_url}/api/events"
+        endpoint = self._shown("/api/events")
         items: list[dict[str, Any]] = []
         cursor, limit = after, self.page_size
         while len(items) < max_items:
@@ -114,18 +123,17 @@ class FrigateResource(dg.ConfigurableResource):
             cursor, limit = head[-1][0], self.page_size
         return items
 
-    # --- the verdict written back (core/outbound/frigate_writeback.py says which Frigate versions have which endpoint)
-    # ---
+    # --- the verdict written back (core/outbound/frigate_writeback.py: which Frigate versions have which endpoint) ---
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        endpoint = f"{self.base_url}{path}"
+        endpoint, shown = f"{self.base_url}{path}", self._shown(path)
         try:
             with httpx.Client(timeout=self.timeout_seconds) as client:
                 response = client.request(method, endpoint, json=body)
         except httpx.HTTPError as exc:
-            raise FrigateWriteError(f"{method} {endpoint}: {type(exc).__name__}: {exc}", None) from None
+            raise FrigateWriteError(f"{method} {shown}: {type(exc).__name__}: {self._scrub(str(exc))}", None) from None
         if not 200 <= response.status_code < 300:
             raise FrigateWriteError(
-                f"{method} {endpoint}: HTTP {response.status_code}: {response.text[:200]}", response.status_code
+                f"{method} {shown}: HTTP {response.status_code}: {response.text[:200]}", response.status_code
             )
         try:
             return response.json()

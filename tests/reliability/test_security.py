@@ -31,6 +31,7 @@ from hsi_dagster.cli import metrics as metrics_cli
 from hsi_dagster.cli.main import build_parser
 from hsi_dagster.definitions import build_resources
 from hsi_dagster.llm.embedded import EmbeddedServerProcess, free_port
+from hsi_dagster.resources.frigate import FrigateApiError, FrigateResource, FrigateWriteError
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.ingest import ingest_lines
 from tests.support.instance_home import project_env, project_home, run_hsi
@@ -278,3 +279,17 @@ def test_the_ui_shows_the_env_var_name_not_the_key(monkeypatch: pytest.MonkeyPat
     assert KEY not in snapshot
     assert "LLAMA_API_KEY" in snapshot  # the UI says where the key comes from
     assert KEY not in repr(resources) and KEY not in repr(settings)
+
+
+def test_frigate_errors_name_the_endpoint_without_frigate_url_credentials() -> None:
+    """FRIGATE_URL may carry a user and password (Frigate behind basic auth): an API or write-back error names the
+    endpoint for the log, never the credentials. A closed port on loopback stands in for Frigate being down."""
+    port = free_port()
+    frigate = FrigateResource(url=f"http://hsi:s3cret-pass@127.0.0.1:{port}/?token=t0ken", timeout_seconds=2)
+    errors: list[str] = []
+    for call in (frigate.fetch_config, lambda: frigate.events_after(0.0), lambda: frigate.set_sub_label("e1", "x")):
+        with pytest.raises((FrigateApiError, FrigateWriteError)) as raised:
+            call()
+        errors.append(str(raised.value))
+    assert all(f"http://127.0.0.1:{port}/api/" in error for error in errors), errors
+    assert not [error for error in errors if "s3cret" in error or "t0ken" in error or "hsi:" in error], errors
