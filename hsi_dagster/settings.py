@@ -108,7 +108,12 @@ class HsiSettings(BaseSettings):
     DRAFT_MODEL_PATH: str | None = None
     MLOCK: bool = False
     NEMOTRON_MAX_OUTPUT_TOKENS: int = Field(1536, ge=16)
-    LLM_READ_TIMEOUT_SECONDS: float = Field(120.0, gt=0)
+    LLM_READ_TIMEOUT_SECONDS: float = Field(
+        120.0,
+        gt=0,
+        description="Longest silence of llama-server (no token, no prompt batch evaluated) before a completion counts "
+        "as stalled and is retried; completions are streamed, so a long generation never hits it.",
+    )
     LLM_STARTUP_TIMEOUT_SECONDS: float = Field(300.0, gt=0)
 
     # --- storage and orchestration ---

@@ -197,6 +197,12 @@ def cmd_llm_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm_sweep(args: argparse.Namespace) -> int:
+    from hsi_dagster.cli.llm_sweep import run_sweep
+
+    return run_sweep(args)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from hsi_dagster.cli.plan import run_plan
 
@@ -313,6 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = llm.add_parser("calibrate", help="cl100k_base estimates vs the served model's exact token counts")
     p.add_argument("--samples", type=int, default=20)
     p.set_defaults(func=cmd_llm_calibrate)
+    from hsi_dagster.cli.llm_sweep import add_sweep_arguments
+
+    p = llm.add_parser(
+        "sweep",
+        help="server configurations side by side on the labeled prompts: speed, memory, quality, what to switch to",
+    )
+    add_sweep_arguments(p)
+    p.set_defaults(func=cmd_llm_sweep)
 
     from hsi_dagster.cli.config_check import add_config_check_arguments
     from hsi_dagster.cli.plan import add_plan_arguments

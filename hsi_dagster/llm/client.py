@@ -3,7 +3,8 @@
 Pure Python (no Dagster import) so the CLI, the embedded server, tests and the Dagster resource share it.
 It composes the parts that each have one job:
 - `transport`: httpx, timeouts, retries with back-off on connection errors/timeouts/5xx, errors naming the
-  endpoint and never the API key;
+  endpoint and never the API key; completions are streamed, so their read timeout measures a stalled server (no
+  token, no prompt progress), never the length of a generation;
 - `slots`: what this process knows about each server (the slot limiter that keeps completions in flight at or
   below the server's slots across every thread and client, the cached readiness, the schema-probe verdict) and the
   cross-process slot lease every completion holds, so all processes together stay within the server's slots;
@@ -31,7 +32,15 @@ from hsi_dagster.llm.errors import (
     TokenCountUnavailable,
 )
 from hsi_dagster.llm.openai_compat import OpenAICompat
-from hsi_dagster.llm.protocol import NO_THINKING, ChatResult, Usage, chat_body, chat_result, server_info_from_props
+from hsi_dagster.llm.protocol import (
+    NO_THINKING,
+    ChatResult,
+    ChatStream,
+    Usage,
+    chat_body,
+    chat_result,
+    server_info_from_props,
+)
 from hsi_dagster.llm.slots import (
     API_LLAMA,
     API_OPENAI,
@@ -196,6 +205,13 @@ class LlamaClient(ClosesOnExit):
             raise LlamaServerError(f"{where} returned an unexpected reply: {self._transport.describe(props)}")
         return server_info_from_props(props, self._slots_or_none(), where)
 
+    def props(self) -> dict:
+        """GET /props as the server sends it (one try): build, model, slots, default generation settings."""
+        props = self._transport.call("GET", "/props", max_tries=1)
+        if not isinstance(props, dict):
+            raise LlamaServerError(f"{self._transport.where('GET', '/props')} returned an unexpected reply")
+        return props
+
     def _slots_or_none(self) -> list | None:
         try:
             slots = self._transport.call("GET", "/slots", max_tries=1)
@@ -292,12 +308,16 @@ class LlamaClient(ClosesOnExit):
                 SlotLease.release(reserved_lease)
             raise
         try:
-            response = self._transport.request("POST", "/v1/chat/completions", json_body=body, slot=slot)
+            # Streamed: the read timeout is a stall timeout (no token or prompt progress for that long), so a slow
+            # completion runs to its end with its slot held, and only a silent server is given up on and retried.
+            stream, seconds = self._transport.stream(
+                "POST", "/v1/chat/completions", json_body=body, reader=ChatStream, slot=slot
+            )
         finally:
             slot.discard()
-        reply = self._transport.parse_json(response, where)
+        reply = stream.reply()
         try:
-            return chat_result(reply, latency_ms=response.elapsed.total_seconds() * 1000.0, server_url=self.base_url)
+            return chat_result(reply, latency_ms=seconds * 1000.0, server_url=self.base_url)
         except (KeyError, IndexError, TypeError, AttributeError):
             raise LlamaServerError(f"{where} returned an unexpected reply: {self._transport.describe(reply)}") from None
 

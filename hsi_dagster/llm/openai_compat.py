@@ -112,6 +112,7 @@ class OpenAICompat:
     def adapt_chat_body(self, body: dict[str, Any]) -> None:
         """Not llama-server: name the model, drop llama-only fields (in place)."""
         body.pop("cache_prompt", None)
+        body.pop("return_progress", None)
         if self.state.openai_model:
             body["model"] = self.state.openai_model
 

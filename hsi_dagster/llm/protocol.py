@@ -2,6 +2,11 @@
 
 Kept apart from the client so the exact shapes (json_schema response_format, thinking off, where usage and cache
 figures come from, how /props and /slots are reconciled) can be read and tested in one place.
+
+Completions are streamed (`stream: true`, server-sent events) so the client can tell a slow server from a stalled
+one: llama-server sends `prompt_progress` while it evaluates the prompt (`return_progress`) and one chunk per
+generated token, and its last chunk carries `usage` and `timings` (`stream_options.include_usage`). `ChatStream`
+puts the chunks back together into the reply a non-streamed completion would have given.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, TypedDict
 from hsi_dagster.core.prompt.text import strip_think
 from hsi_dagster.llm.errors import LlamaServerError
 from hsi_dagster.llm.slots import ServerInfo
+from hsi_dagster.llm.transport import StreamProtocolError, StreamServerError
 
 logger = logging.getLogger("hsi_dagster.llm")
 
@@ -70,7 +76,11 @@ def chat_body(
         },
         "chat_template_kwargs": dict(NO_THINKING),
         "cache_prompt": True,
-        "stream": False,
+        # Streamed: each token (and each evaluated prompt batch) is a sign of life, so the read timeout measures
+        # silence, not the length of a generation (ChatStream reads it back).
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_progress": True,
     }
     if seed is not None:
         body["seed"] = int(seed)
@@ -151,3 +161,102 @@ def server_info_from_props(props: dict, slots: list | None, where: str) -> Serve
         chat_template=props.get("chat_template"),
         build_info=props.get("build_info"),
     )
+
+
+@dataclass
+class ChatStream:
+    """A streamed chat completion put back together, one server-sent event `data:` payload at a time.
+
+    `feed` returns True when the payload showed progress (a prompt batch evaluated, a token, the finish or the
+    usage): what the stall timeout waits for. A payload that is a whole (non-streamed) reply is accepted too: a
+    server that ignores `stream` still answers. `reply()` is the reply in the non-streamed shape, for chat_result.
+    """
+
+    content: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict | None = None
+    timings: dict | None = None
+    model: str = ""
+    prompt_processed: int = -1
+    chunks: int = 0
+    tokens: int = 0  # content deltas seen (about one per generated token)
+    done: bool = False  # `data: [DONE]` seen
+    whole: dict | None = None  # a non-streamed reply, when the server sent one
+
+    def feed(self, data: str) -> bool:
+        if data.strip() == "[DONE]":
+            self.done = True
+            return True
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise StreamProtocolError(f"a stream event that is not JSON: {data[:200]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamProtocolError(f"a stream event that is not a JSON object: {data[:200]!r}")
+        error = chunk.get("error")
+        if error:
+            status = error.get("code", 0) if isinstance(error, dict) else 0
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise StreamServerError(str(message), int(status) if isinstance(status, int) else 0)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise StreamProtocolError(f"a stream event without choices: {data[:200]!r}")
+        self.chunks += 1
+        self.model = str(chunk.get("model") or self.model)
+        progressed = False
+        if choices and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict):
+            self.whole = chunk  # the server answered without streaming
+            return True
+        progress = chunk.get("prompt_progress")
+        if isinstance(progress, dict):
+            processed = int(progress.get("processed") or 0)
+            progressed = processed > self.prompt_processed
+            self.prompt_processed = max(self.prompt_processed, processed)
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+            if text:
+                self.content.append(str(text))
+                self.tokens += 1
+                progressed = True
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+                progressed = True
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+            progressed = True
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = chunk["timings"]
+        return progressed
+
+    @property
+    def finished(self) -> bool:
+        """The completion is complete: a whole reply, or a finish reason (the usage chunk and [DONE] may follow)."""
+        return self.whole is not None or self.finish_reason is not None
+
+    def describe(self) -> str:
+        """Where the stream stood, for error messages: 'after 12 tokens', 'while evaluating the prompt (512 of ...)'."""
+        if self.tokens:
+            return f"after {self.tokens} generated token(s)"
+        if self.prompt_processed >= 0:
+            return f"while evaluating the prompt ({self.prompt_processed} token(s) evaluated so far)"
+        return "before the first token" if self.chunks else "before any reply"
+
+    def reply(self) -> dict:
+        """The completion in the shape of a non-streamed reply (choices[0].message, usage, timings, model)."""
+        if self.whole is not None:
+            return self.whole
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": self.finish_reason,
+                    "message": {"role": "assistant", "content": "".join(self.content)},
+                }
+            ],
+            "usage": self.usage,
+            "timings": self.timings,
+            "model": self.model,
+        }

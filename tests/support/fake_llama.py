@@ -2,8 +2,11 @@
 
 Real behaviour is tested against the real embedded server (tests/llm/test_client.py). This fake exists to
 produce the failures a real server rarely shows on demand: 503 "Loading model", 5xx, 4xx, replies slower than
-the read timeout, and a server that ignores the JSON schema. It records every request and the largest number
-of completions (/v1/chat/completions) in flight at once.
+the read timeout, a stream that stalls mid-way or is garbage, and a server that ignores the JSON schema. It records
+every request and the largest number of completions (/v1/chat/completions) in flight at once.
+
+A completion that asks for `stream: true` is answered as llama-server does: server-sent events (a prompt_progress
+chunk, the content a few characters per chunk, the finish, then usage and timings, then `data: [DONE]`).
 
 Script it per test, e.g. `fake.script("/v1/chat/completions", Reply(500), Reply(500))`: queued replies are used
 once each, in order; when the queue is empty the endpoint answers normally.
@@ -27,12 +30,22 @@ LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailab
 @dataclass
 class Reply:
     """One scripted answer: HTTP status and JSON body, after `delay` seconds (None body = the normal answer);
-    `raw` bytes are sent as the body instead, as they are (e.g. a proxy's HTML page: not JSON at all)."""
+    `raw` bytes are sent as the body instead, as they are (e.g. a proxy's HTML page: not JSON at all), with
+    `content_type` (default application/json).
+
+    Streamed completions only: `gap` seconds between chunks (a slow server that keeps generating); `stall_after`
+    content chunks, then silence for `stall_seconds` and the connection closed without finishing (a stalled
+    server); `error_after` content chunks, then this error event (`{"error": ...}`) instead of the rest."""
 
     status: int = 200
     body: Any = None
     delay: float = 0.0
     raw: bytes | None = None
+    content_type: str = "application/json"
+    gap: float = 0.0
+    stall_after: int | None = None
+    stall_seconds: float = 30.0
+    error_after: tuple[int, dict] | None = None
 
 
 @dataclass
@@ -69,6 +82,7 @@ class FakeLlama:
         self._in_flight = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # ends the stalls of streams still being answered
 
     # --- scripting ---
     def script(self, path: str, *replies: Reply) -> None:
@@ -82,6 +96,12 @@ class FakeLlama:
 
     def loading_then_ready(self, times: int) -> None:
         self.script("/health", *[Reply(503, LOADING)] * times)
+
+    @property
+    def in_flight(self) -> int:
+        """Completions being answered right now."""
+        with self._lock:
+            return self._in_flight
 
     def count(self, path: str) -> int:
         with self._lock:
@@ -121,6 +141,7 @@ class FakeLlama:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._server is not None:
             url = self.url
             self._server.shutdown()
@@ -154,9 +175,12 @@ class FakeLlama:
                 payload = self._normal(path, body)
                 if payload is None:
                     status, payload = 404, {"error": {"code": 404, "message": "File Not Found"}}
+            if reply.raw is None and status < 400 and path == "/v1/chat/completions" and (body or {}).get("stream"):
+                self._stream(handler, payload, reply)
+                return
             data = reply.raw if reply.raw is not None else json.dumps(payload).encode()
             handler.send_response(status)
-            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Type", reply.content_type)
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             handler.wfile.write(data)
@@ -166,6 +190,46 @@ class FakeLlama:
             if path == "/v1/chat/completions":
                 with self._lock:
                     self._in_flight -= 1
+
+    def _stream(self, handler: BaseHTTPRequestHandler, reply: dict, script: Reply) -> None:
+        """`reply` (a whole completion) as llama-server streams it, chunked, with the faults `script` asks for."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+
+        def send(event: dict | str) -> None:
+            text = event if isinstance(event, str) else json.dumps(event)
+            data = f"data: {text}\n\n".encode()
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        base = {"model": reply.get("model"), "object": "chat.completion.chunk"}
+        usage = reply.get("usage") or {}
+        prompt_n = int(usage.get("prompt_tokens") or 0)
+        role = {"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}
+        progress = {"total": prompt_n, "cache": 0, "processed": 0, "time_ms": 0}
+        send({**base, "choices": [role], "prompt_progress": progress})
+        choice = reply["choices"][0]
+        content = choice["message"]["content"]
+        pieces = [content[i : i + 3] for i in range(0, len(content), 3)]
+        for number, piece in enumerate(pieces):
+            if script.stall_after is not None and number == script.stall_after:
+                self._stopping.wait(script.stall_seconds)
+                handler.close_connection = True  # cut off: no finish, no terminating chunk
+                return
+            if script.error_after is not None and number == script.error_after[0]:
+                send(script.error_after[1])
+                break
+            if script.gap:
+                time.sleep(script.gap)
+            send({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+        else:
+            send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+            send({**base, "choices": [], "usage": usage, "timings": reply.get("timings")})
+            send("[DONE]")
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
 
     def _normal(self, path: str, body: Any) -> Any:
         if path == "/health":
