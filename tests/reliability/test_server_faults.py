@@ -149,7 +149,7 @@ def test_a_reply_that_is_not_json_fails_naming_the_endpoint_then_completes(fake_
     failed = dg.materialize(PIPELINE, partition_key=batch_id, instance=instance, resources=res, raise_on_error=False)
     assert not failed.success
     message = step_failure_message(failed)
-    assert f"POST {fake_llama.url}/v1/chat/completions returned a reply that is not JSON" in message
+    assert f"POST {fake_llama.url}/v1/chat/completions sent a stream event that is not JSON" in message
     assert "502 Bad Gateway" in message
     assert _assessments(db, batch_id) == 0
     assert dg.materialize(PIPELINE, partition_key=batch_id, instance=instance, resources=res).success
