@@ -12,6 +12,12 @@ One LLM call (plus its one repair) per scenario gives three results (evaluation/
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
 configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
 `evaluate_and_store`.
+
+Model trust (core/verdict/trust.py): the with-floor configuration is stored with the trust production would apply to
+the pass's model (MODEL_TRUST, or with `auto` the one measured before). After the pass, the trust sweep
+(core/evaluation/trust_sweep.py) recomputes every trust 0-3 from the stored model and floor scores (no more calls) and
+the recommended trust (false alarms within the goal on the holdout split) is stored for the model's fingerprint
+(storage/trust.py), which production reads.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
 from hsi_dagster.core.evaluation.report import render_report
 from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json
+from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, TrustSample, recommended_trust, trust_sweep
 from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
 from hsi_dagster.core.prompt.messages import build_sections, static_prompt
 from hsi_dagster.core.prompt.risk_schema import assessment_schema, level_for_score
@@ -38,9 +45,20 @@ from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import AssessmentOutcome, assess
 from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
 from hsi_dagster.core.verdict.final import final_verdict
+from hsi_dagster.core.verdict.trust import (
+    AUTO,
+    FALSE_ALARM_GOAL,
+    ModelFingerprint,
+    Trust,
+    TrustError,
+    default_trust,
+    refused_trust,
+    resolve_trust,
+)
 from hsi_dagster.evaluation.charts import comparison_png, confusion_png, data_uri
 from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.llm.errors import LlamaRequestRejected
+from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.llm.protocol import ChatResult
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
@@ -54,6 +72,7 @@ from hsi_dagster.storage.evaluation import (
     save_result,
     stored_configurations,
 )
+from hsi_dagster.storage.trust import save_trust, trust_record_for
 from hsi_dagster.synthetic.scenarios import Scenario, scenario_profiles
 
 Assess = Callable[[list[dict]], AssessmentOutcome[ChatResult]]
@@ -170,24 +189,24 @@ def floor_result(prepared: PreparedScenario, name: str) -> ScenarioResult:
 
 
 def run_prepared(
-    prepared: PreparedScenario, configuration: EvalConfiguration, assess_call: Assess
+    prepared: PreparedScenario, configuration: EvalConfiguration, assess_call: Assess, *, trust: Trust | int
 ) -> list[ScenarioResult]:
-    """One scenario through the call-and-repair loop once: the model's result, the model raised to the floor, and
-    the floor alone. A rejected prompt is a result; an unreachable server raises."""
+    """One scenario through the call-and-repair loop once: the model's result, the model raised to the floor within
+    `trust`, and the floor alone. A rejected prompt is a result; an unreachable server raises."""
     floor = prepared.floor
     alone = floor_result(prepared, configuration.floor_name)
     model = _base(prepared, configuration.model_name)
     with_floor = _base(prepared, configuration.with_floor_name)
     if prepared.messages is None:
         model = replace(model, status="prompt_too_large", error=prepared.error)
-        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor, trust), alone]
     started = time.perf_counter()
     try:
         outcome = assess_call(prepared.messages)
     except LlamaRequestRejected as exc:
         spent = (time.perf_counter() - started) * 1000
         model = replace(model, status="llm_rejected", error=str(exc), latency_ms=spent)
-        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor, trust), alone]
     fields, calls = outcome.fields(), outcome.replies
     model_score = outcome.model_score
     measured = replace(
@@ -210,13 +229,13 @@ def run_prepared(
     floored = replace(
         measured, configuration=configuration.with_floor_name, latency_ms=measured.latency_ms + prepared.floor_ms
     )
-    return [measured, _floored(floored, model_score, floor), alone]
+    return [measured, _floored(floored, model_score, floor, trust), alone]
 
 
-def _floored(result: ScenarioResult, model_score: int | None, floor: Floor) -> ScenarioResult:
-    """The stored verdict (core/verdict/final.py): max(model score, floor); `floor_only` when the model gave nothing
-    usable but the floor alone stands."""
-    verdict = final_verdict(model_score, floor)
+def _floored(result: ScenarioResult, model_score: int | None, floor: Floor, trust: Trust | int) -> ScenarioResult:
+    """The stored verdict (core/verdict/final.py): max(model score, floor) within the trust; `floor_only` when the
+    model gave nothing usable but the floor alone stands."""
+    verdict = final_verdict(model_score, floor, trust)
     stands = verdict.stands
     return replace(
         result,
@@ -278,8 +297,10 @@ def evaluate_configuration(
     concurrency: int | None = None,
     counter: TokenCounter | None = None,
     deadline: float | None = None,
+    trust: Trust | int = 0,
 ) -> PassRun:
-    """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once.
+    """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once; the
+    with-floor verdicts within `trust` (evaluate_and_store passes the one production would apply).
     With `deadline` (time.monotonic()), scenarios not started by then are left out of the run (a bench's bound)."""
     if not configuration.llm or llm is None:
         run = evaluate_floor_only(configuration, scenarios, settings)
@@ -315,7 +336,7 @@ def evaluate_configuration(
     def run_one(item: PreparedScenario) -> list[ScenarioResult] | None:
         if deadline is not None and time.monotonic() > deadline:
             return None
-        return run_prepared(item, configuration, assess_call)
+        return run_prepared(item, configuration, assess_call, trust=trust)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval") as pool:
         for triple in pool.map(run_one, prepared):
@@ -351,12 +372,27 @@ DESCRIPTIONS = {
 }
 
 
+@dataclass(frozen=True)
+class TrustMeasurement:
+    """The trust sweep of one LLM pass: what each trust 0-3 would have stored on the holdout split, the recommended
+    trust, whether it was stored for the model's fingerprint (and why not), and the trust the with-floor results
+    were stored with."""
+
+    applied: Trust
+    fingerprint: str | None
+    holdout: list[TrustPoint]
+    recommended: int | None
+    stored: bool
+    note: str
+
+
 @dataclass
 class StoredRun:
     run: PassRun
     figures: dict[str, ConfigurationFigures]  # per stored configuration of the pass
     compared: list[str]  # every configuration with stored figures, these included
     endpoint: str
+    trust: TrustMeasurement | None = None  # None: a floor-only pass
 
 
 def _prompt_sha256(schema: str) -> str:
@@ -373,6 +409,65 @@ def _description(configuration: EvalConfiguration, name: str) -> str:
     return "; ".join([DESCRIPTIONS[kind], *extra])
 
 
+def pass_fingerprint(configuration: EvalConfiguration, target: LlamaServerResource) -> ModelFingerprint | None:
+    """The fingerprint of the model the pass's server(s) report; None when one does not report it, or they report
+    different models (a measurement must belong to one model)."""
+    identities = {target.model_identity(url) for url in target.urls}
+    if len(identities) != 1 or None in identities:
+        return None
+    (identity,) = identities
+    assert identity is not None
+    return ModelFingerprint(
+        short_model_name(identity.name), identity.size, configuration.schema, configuration.quality_level
+    )
+
+
+def _applied_trust(
+    fingerprint: ModelFingerprint | None, settings: HsiSettings, duckdb: HsiDuckDBResource, endpoint: str
+) -> Trust:
+    """The trust production would apply to this model now (as assets/assessments.py resolves it)."""
+    if fingerprint is None and settings.MODEL_TRUST == AUTO:
+        return default_trust(f"the server(s) at {endpoint} did not report one model")
+    record = None
+    if fingerprint is not None and settings.MODEL_TRUST == AUTO:
+        with duckdb.get_connection() as conn:
+            record = trust_record_for(conn, fingerprint)
+    try:
+        return resolve_trust(settings.MODEL_TRUST, fingerprint, record)
+    except TrustError as exc:
+        assert fingerprint is not None
+        return refused_trust(exc, fingerprint)
+
+
+def measure_trust(
+    results: Sequence[ScenarioResult],
+    fingerprint: ModelFingerprint | None,
+    applied: Trust,
+    duckdb: HsiDuckDBResource,
+    configuration: str,
+    goal: float = FALSE_ALARM_GOAL,
+) -> TrustMeasurement:
+    """The sweep over the with-floor results of the holdout split and, when it measures a false-alarm rate and the
+    model reported itself, the recommended trust stored for its fingerprint."""
+    samples = [
+        TrustSample(r.scenario_id, r.expected_level, r.model_score, r.floor_score or 0)
+        for r in results
+        if r.split == "holdout"
+    ]
+    points = trust_sweep(samples)
+    recommended = recommended_trust(points, goal)
+    key = fingerprint.key if fingerprint is not None else None
+    if fingerprint is None:
+        note = "not stored: the server did not report one model"
+    elif recommended is None:
+        note = "not stored: no harmless holdout scenario in this run (run the holdout split)"
+    else:
+        with duckdb.get_connection() as conn:
+            save_trust(conn, fingerprint, recommended, points, goal=goal, split="holdout", configuration=configuration)
+        note = f"stored: trust {recommended} for {key}"
+    return TrustMeasurement(applied, key, points, recommended, note.startswith("stored"), note)
+
+
 def evaluate_and_store(
     configuration: EvalConfiguration,
     scenarios: Sequence[Scenario],
@@ -387,6 +482,8 @@ def evaluate_and_store(
     """Run one pass, store each result as it comes (short connections: none is held across an LLM call), then the
     figures of each configuration it yields and their kappa against every other stored configuration."""
     target = _llm_for(configuration, llm) if llm is not None and configuration.llm else None
+    endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
+    fingerprint: ModelFingerprint | None = None
 
     def store(result: ScenarioResult) -> None:
         with duckdb.get_connection() as conn:
@@ -395,13 +492,23 @@ def evaluate_and_store(
             on_result(result)
 
     try:
+        if target is not None:
+            target.ensure_ready()  # the model is reported once the server is up
+            fingerprint = pass_fingerprint(configuration, target)
+        applied = _applied_trust(fingerprint, settings, duckdb, endpoint)
         run = evaluate_configuration(
-            configuration, scenarios, target, settings, on_result=store, concurrency=concurrency, deadline=deadline
+            configuration,
+            scenarios,
+            target,
+            settings,
+            on_result=store,
+            concurrency=concurrency,
+            deadline=deadline,
+            trust=applied,
         )
     finally:
         if target is not None and target is not llm:
             target.teardown_after_execution(dg.build_init_resource_context())
-    endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
     figures: dict[str, ConfigurationFigures] = {}
     with duckdb.get_connection() as conn:
         for name, results in run.results.items():
@@ -420,7 +527,11 @@ def evaluate_and_store(
             )
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
         compared = stored_configurations(conn)
-    return StoredRun(run, figures, compared, endpoint)
+    measurement = None
+    if target is not None:
+        with_floor = run.results.get(configuration.with_floor_name, [])
+        measurement = measure_trust(with_floor, fingerprint, applied, duckdb, configuration.name)
+    return StoredRun(run, figures, compared, endpoint, measurement)
 
 
 def report_for(
