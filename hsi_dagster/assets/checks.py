@@ -7,8 +7,9 @@
   the schema llama-server was given (plain or rubric, core/prompt/risk_schema.py; checked with jsonschema rather than
   the parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
   (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) with the
-  model's score capped at the top of the band MODEL_RAISE_LEVELS above the floor's level (core/verdict/final.py), and
-  the level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
+  model's score capped at the top of the band `model_trust` levels above the floor's level (the trust the row says
+  applied, 0-3; core/verdict/final.py), the level its band and `model_level` the band of the model's score; a
+  `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
   and the reason; an invalid output is stored with the reply and the reason.
 - `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
   band of its own number. The stored level is always derived from the stored score, so only the model's level can

@@ -60,6 +60,7 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
                 "stored_assessment_valid",
                 "model_level_matches_score",  # a warning: SmolLM2-135M may contradict its own score
                 "prompt_within_budget",
+                "stored_level_matches_its_text",  # a warning: a summary of forcing, a weapon or violence stored low
             }
             assert checks["prompt_fits_budget"] and checks["stored_assessment_valid"] and checks["prompt_within_budget"]
         assert sensor_tick(batch_window_sensor, instance, res, tick.cursor).run_requests == []
