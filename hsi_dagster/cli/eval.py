@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from hsi_dagster.settings import HsiSettings
 
 if TYPE_CHECKING:
-    from hsi_dagster.evaluation.engine import TrustMeasurement
+    from hsi_dagster.evaluation.trust import TrustMeasurement
 
 DEFAULT_OUT = "data/eval-report"
 

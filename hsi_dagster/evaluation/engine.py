@@ -13,11 +13,8 @@ the model raised to the floor, and the floor alone. Results, figures and Cohen's
 configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
 `evaluate_and_store`.
 
-Model trust (core/verdict/trust.py): the with-floor configuration is stored with the trust production would apply to
-the pass's model (MODEL_TRUST, or with `auto` the one measured before). After the pass, the trust sweep
-(core/evaluation/trust_sweep.py) recomputes every trust 0-3 from the stored model and floor scores (no more calls) and
-the recommended trust (false alarms within the goal on the holdout split) is stored for the model's fingerprint
-(storage/trust.py), which production reads.
+Model trust (evaluation/trust.py): the with-floor configuration is stored with the trust production would apply to the
+pass's model; after the pass the trust sweep over every trust 0-3 is stored for the model's fingerprint.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
 from hsi_dagster.core.evaluation.report import render_report
 from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json
-from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, TrustSample, recommended_trust, trust_sweep
 from hsi_dagster.core.prompt.budget import PromptTooLarge, choose_budget, fit_to_budget
 from hsi_dagster.core.prompt.messages import build_sections, static_prompt
 from hsi_dagster.core.prompt.risk_schema import assessment_schema, level_for_score
@@ -45,20 +41,11 @@ from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import AssessmentOutcome, assess
 from hsi_dagster.core.verdict.evidence import Floor, evidence_floor
 from hsi_dagster.core.verdict.final import final_verdict
-from hsi_dagster.core.verdict.trust import (
-    AUTO,
-    FALSE_ALARM_GOAL,
-    ModelFingerprint,
-    Trust,
-    TrustError,
-    default_trust,
-    refused_trust,
-    resolve_trust,
-)
+from hsi_dagster.core.verdict.trust import ModelFingerprint, Trust
 from hsi_dagster.evaluation.charts import comparison_png, confusion_png, data_uri
 from hsi_dagster.evaluation.configurations import EvalConfiguration
+from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_trust, pass_fingerprint
 from hsi_dagster.llm.errors import LlamaRequestRejected
-from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.llm.protocol import ChatResult
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
@@ -72,7 +59,6 @@ from hsi_dagster.storage.evaluation import (
     save_result,
     stored_configurations,
 )
-from hsi_dagster.storage.trust import save_trust, trust_record_for
 from hsi_dagster.synthetic.scenarios import Scenario, scenario_profiles
 
 Assess = Callable[[list[dict]], AssessmentOutcome[ChatResult]]
@@ -372,20 +358,6 @@ DESCRIPTIONS = {
 }
 
 
-@dataclass(frozen=True)
-class TrustMeasurement:
-    """The trust sweep of one LLM pass: what each trust 0-3 would have stored on the holdout split, the recommended
-    trust, whether it was stored for the model's fingerprint (and why not), and the trust the with-floor results
-    were stored with."""
-
-    applied: Trust
-    fingerprint: str | None
-    holdout: list[TrustPoint]
-    recommended: int | None
-    stored: bool
-    note: str
-
-
 @dataclass
 class StoredRun:
     run: PassRun
@@ -407,65 +379,6 @@ def _description(configuration: EvalConfiguration, name: str) -> str:
     if configuration.history:
         extra.append("history facts from the scenarios")
     return "; ".join([DESCRIPTIONS[kind], *extra])
-
-
-def pass_fingerprint(configuration: EvalConfiguration, target: LlamaServerResource) -> ModelFingerprint | None:
-    """The fingerprint of the model the pass's server(s) report; None when one does not report it, or they report
-    different models (a measurement must belong to one model)."""
-    identities = {target.model_identity(url) for url in target.urls}
-    if len(identities) != 1 or None in identities:
-        return None
-    (identity,) = identities
-    assert identity is not None
-    return ModelFingerprint(
-        short_model_name(identity.name), identity.size, configuration.schema, configuration.quality_level
-    )
-
-
-def _applied_trust(
-    fingerprint: ModelFingerprint | None, settings: HsiSettings, duckdb: HsiDuckDBResource, endpoint: str
-) -> Trust:
-    """The trust production would apply to this model now (as assets/assessments.py resolves it)."""
-    if fingerprint is None and settings.MODEL_TRUST == AUTO:
-        return default_trust(f"the server(s) at {endpoint} did not report one model")
-    record = None
-    if fingerprint is not None and settings.MODEL_TRUST == AUTO:
-        with duckdb.get_connection() as conn:
-            record = trust_record_for(conn, fingerprint)
-    try:
-        return resolve_trust(settings.MODEL_TRUST, fingerprint, record)
-    except TrustError as exc:
-        assert fingerprint is not None
-        return refused_trust(exc, fingerprint)
-
-
-def measure_trust(
-    results: Sequence[ScenarioResult],
-    fingerprint: ModelFingerprint | None,
-    applied: Trust,
-    duckdb: HsiDuckDBResource,
-    configuration: str,
-    goal: float = FALSE_ALARM_GOAL,
-) -> TrustMeasurement:
-    """The sweep over the with-floor results of the holdout split and, when it measures a false-alarm rate and the
-    model reported itself, the recommended trust stored for its fingerprint."""
-    samples = [
-        TrustSample(r.scenario_id, r.expected_level, r.model_score, r.floor_score or 0)
-        for r in results
-        if r.split == "holdout"
-    ]
-    points = trust_sweep(samples)
-    recommended = recommended_trust(points, goal)
-    key = fingerprint.key if fingerprint is not None else None
-    if fingerprint is None:
-        note = "not stored: the server did not report one model"
-    elif recommended is None:
-        note = "not stored: no harmless holdout scenario in this run (run the holdout split)"
-    else:
-        with duckdb.get_connection() as conn:
-            save_trust(conn, fingerprint, recommended, points, goal=goal, split="holdout", configuration=configuration)
-        note = f"stored: trust {recommended} for {key}"
-    return TrustMeasurement(applied, key, points, recommended, note.startswith("stored"), note)
 
 
 def evaluate_and_store(
@@ -495,7 +408,7 @@ def evaluate_and_store(
         if target is not None:
             target.ensure_ready()  # the model is reported once the server is up
             fingerprint = pass_fingerprint(configuration, target)
-        applied = _applied_trust(fingerprint, settings, duckdb, endpoint)
+        applied = applied_trust(fingerprint, settings, duckdb, endpoint)
         run = evaluate_configuration(
             configuration,
             scenarios,
