@@ -1,9 +1,8 @@
 """Model trust through the production asset (core/verdict/trust.py, assets/assessments.py).
 
 - On the REAL embedded llama.cpp server: the trust follows the server that answered (its /v1/models name and size
-  make the fingerprint); unmeasured, the stated default applies and says so in the row and the run's metadata; a
-  measured record for that fingerprint is read and applied; a record for the same model name but another size is
-  refused, naming both fingerprints.
+  make the fingerprint); unmeasured, the stated default applies and says why; a measured record for that fingerprint
+  is read and applied; a record for the same model name but another size is refused, naming both fingerprints.
 - FAULT INJECTION with the fake llama-server (tests/support/fake_llama.py, it runs no model and has no /v1/models):
   a server that does not report its model, scripted to answer the issue's crowbar reply (92, "prying the front door
   with a crowbar", no rule firing). Stored per MODEL_TRUST, shown in the metadata, flagged by the text check when
@@ -25,6 +24,7 @@ from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.core.evaluation.trust_sweep import TrustSample, trust_sweep
 from hsi_dagster.core.outbound.mqtt_messages import state_payload, verdict_event_payload
 from hsi_dagster.core.verdict.trust import DEFAULT_TRUST, ModelFingerprint
+from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_lines
@@ -70,30 +70,23 @@ def measure(db: str, fingerprint: ModelFingerprint, trust: int) -> None:
 
 @pytest.mark.llm
 def test_trust_follows_the_real_servers_model_unmeasured_measured_and_refused(llama_server, tmp_path):
-    """One real assessment (unmeasured: the default, said in the row and the metadata); then the production lookup
-    (`answering_trust`: the server's /v1/models and the DuckDB record, no completion) measured and refused."""
+    """Production's lookup (`answering_trust`: the answering server's /v1/models, then the DuckDB record; no
+    completion) on the real server: its model name and size make the fingerprint; unmeasured, the stated default;
+    a record for that fingerprint is applied; a record for another size of the model is refused, by name. The full
+    asset path with a real completion stores these columns too (tests/dagster/test_pipeline_e2e.py)."""
     db = str(tmp_path / "hsi.duckdb")
     res = resources(db, llama_server.url)
-    res["llm"] = res["llm"].model_copy(update={"read_timeout_seconds": 540})  # one completion on a busy machine
-    with dg.instance_for_test() as instance:
-        key = one_batch(db, res, instance)
-        first = dg.materialize(PIPELINE, partition_key=key, instance=instance, resources=res)
-    unmeasured = row(db, key)
-    model, size, schema, quality = unmeasured["model_fingerprint"].split("|")
-    assert model == unmeasured["model"] and model.lower().startswith("smollm2")  # what the server reports
+    llm, duckdb = res["llm"], res["duckdb"]
+    identity = llm.model_identity(llama_server.url)
+    unmeasured = answering_trust(llm, duckdb, llama_server.url, "plain", "full", "auto")
+    model, size, schema, quality = (unmeasured.fingerprint or "").split("|")
+    assert model.lower().startswith("smollm2") and "/" not in model  # the short name, as rows carry it
     assert int(size) > 50_000_000 and (schema, quality) == ("plain", "full")  # llama.cpp's meta.size, bytes
-    assert (unmeasured["model_trust"], unmeasured["trust_source"]) == (DEFAULT_TRUST, "default")
-    assert unmeasured["trust_reason"] == (
-        f"no measured trust for {unmeasured['model_fingerprint']}: stated default trust {DEFAULT_TRUST}"
-    )
-    metadata = materialization(first)
-    assert metadata["trust_warning"] == f"unmeasured trust: {unmeasured['trust_reason']}"
-    assert metadata["model_trust"] == DEFAULT_TRUST
-    checks = {e.check_name: e.passed for e in first.get_asset_check_evaluations()}
-    assert checks["stored_assessment_valid"]  # the stored score is the verdict within the trust the row names
+    assert identity is not None and (short_model_name(identity.name), identity.size) == (model, int(size))
+    assert (unmeasured.value, unmeasured.source) == (DEFAULT_TRUST, "default")
+    assert unmeasured.reason == f"no measured trust for {unmeasured.fingerprint}: stated default trust {DEFAULT_TRUST}"
 
     fingerprint = ModelFingerprint(model, int(size), schema, quality)
-    llm, duckdb = res["llm"], res["duckdb"]
     measure(db, fingerprint, 0)
     trust = answering_trust(llm, duckdb, llama_server.url, schema, quality, "auto")
     assert (trust.value, trust.source, trust.reason, trust.fingerprint) == (
