@@ -184,6 +184,11 @@ class HsiSettings(BaseSettings):
         description="Output schema: rubric = observations and yes/no rubric answers before the score (the model's "
         "score is the rubric's); plain = score first (core/prompt/risk_schema.py).",
     )
+    MODEL_TRUST: int | Literal["auto"] = Field(
+        "auto",
+        description="Levels above the evidence floor's level the answering model may take a verdict (0-3); auto = "
+        "the trust `hsi eval` measured for that model, else the stated default (core/verdict/trust.py).",
+    )
 
     # --- history (issue 25; core/context/history.py): what is usual at this camera and hour, what the other cameras
     # saw ---
@@ -301,6 +306,19 @@ class HsiSettings(BaseSettings):
                     raise ValueError(problem)
             return tuple(str(p).strip() for p in plates)
         return plates
+
+    @field_validator("MODEL_TRUST", mode="before")
+    @classmethod
+    def _parse_model_trust(cls, value: object) -> int | str:
+        """auto (any case) or a whole number 0-3: the one parse of MODEL_TRUST."""
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
+            return value
+        text = str(value).strip().lower()
+        if text == "auto":
+            return text
+        if text.isdigit() and 0 <= int(text) <= 3:
+            return int(text)
+        raise ValueError("accepted values are auto or 0-3 (levels above the evidence floor)")
 
     @field_validator("GPU_LAYERS", mode="before")
     @classmethod

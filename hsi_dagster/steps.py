@@ -29,6 +29,7 @@ from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import AssessmentOutcome, Reply, assess, verdict_fields
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor, evidence_floor
 from hsi_dagster.core.verdict.final import Verdict, final_verdict
+from hsi_dagster.core.verdict.trust import Trust
 from hsi_dagster.settings import HsiSettings
 
 R = TypeVar("R", bound=Reply)
@@ -132,9 +133,10 @@ def assess_batch(messages: list[dict], chat_json: ChatJson[R], *, max_tokens: in
     return assess(messages, lambda chat: chat_json(chat, json_schema, max_tokens=max_tokens), schema)
 
 
-def verdict_for(outcome: AssessmentOutcome | None, floor: Floor) -> tuple[dict[str, Any], Verdict]:
-    """The stored verdict (core/verdict/final.py) of the model's outcome and the floor, with the row's columns from
-    the outcome; no outcome (the prompt did not fit, the server rejected it): the floor's verdict and no columns."""
+def verdict_for(outcome: AssessmentOutcome | None, floor: Floor, trust: Trust | int) -> tuple[dict[str, Any], Verdict]:
+    """The stored verdict (core/verdict/final.py) of the model's outcome and the floor within the answering model's
+    trust (core/verdict/trust.py), with the row's columns from the outcome; no outcome (the prompt did not fit, the
+    server rejected it): the floor's verdict and no columns."""
     if outcome is None:
-        return {}, final_verdict(None, floor)
-    return verdict_fields(outcome, floor)
+        return {}, final_verdict(None, floor, trust)
+    return verdict_fields(outcome, floor, trust)

@@ -70,6 +70,7 @@ DEFAULTS: dict[str, object] = {
     "PROMPT_SAFETY_MARGIN_TOKENS": 256,
     "PROMPT_TOKEN_RATIO": 1.22,
     "ASSESSMENT_SCHEMA": "plain",
+    "MODEL_TRUST": "auto",
     "HISTORY_ENABLED": True,
     "HISTORY_DAYS": 14,
     "HISTORY_MIN_DAYS": 7,
@@ -232,6 +233,9 @@ def test_fast_path_labels_are_split_and_stripped(monkeypatch: pytest.MonkeyPatch
         ("PARALLEL", "0", [">= 1", "<= 64"]),
         ("FLASH_ATTENTION", "maybe", ["true", "false"]),
         ("GPU_LAYERS", "lots", ["auto", "all", "number of layers"]),
+        ("MODEL_TRUST", "4", ["auto", "0-3"]),  # a trust out of range is refused, naming the setting
+        ("MODEL_TRUST", "-1", ["auto", "0-3"]),
+        ("MODEL_TRUST", "always", ["auto", "0-3"]),
     ],
 )
 def test_invalid_value_names_variable_and_accepted_values(

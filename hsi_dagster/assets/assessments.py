@@ -1,5 +1,7 @@
 """`risk_assessments`: the schema-constrained JSON verdict of the LLM for each batch, raised to the evidence floor
-(core/verdict/final.py), stored with the model's own score, the floor's score and reasons, and its token figures."""
+(core/verdict/final.py) and above it only as far as the answering model's trust (core/verdict/trust.py), stored with
+the model's own score and level, the trust that applied and why, the floor's score and reasons, and its token figures.
+"""
 
 import hashlib
 import json
@@ -10,9 +12,11 @@ from hsi_dagster.assets.checks import (
     MODEL_LEVEL,
     SERVER_TOKENS,
     STORED_VALID,
+    TEXT_AGREES,
     model_level_matches_score,
     server_prompt_tokens_within_budget,
     stored_assessment_valid,
+    stored_level_matches_its_text,
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
@@ -23,6 +27,15 @@ from hsi_dagster.core.prompt.risk_schema import PLAIN
 from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome
 from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.core.verdict.final import Verdict, raised_by_evidence_alerts
+from hsi_dagster.core.verdict.trust import (
+    AUTO,
+    ModelFingerprint,
+    Trust,
+    TrustError,
+    default_trust,
+    refused_trust,
+    resolve_trust,
+)
 from hsi_dagster.llm.client import (
     ChatResult,
     LlamaRequestRejected,
@@ -38,6 +51,7 @@ from hsi_dagster.steps import assess_batch, floor_for, verdict_for
 from hsi_dagster.storage.batches import batch_camera_id
 from hsi_dagster.storage.evidence_alerts import alerts_for_batch, attach_batch
 from hsi_dagster.storage.pipeline_tables import load_assessment, load_context_json, load_prompt, save_assessment
+from hsi_dagster.storage.trust import trust_record_for
 
 LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -66,8 +80,36 @@ def batch_floor(conn, batch_id: str, camera_id: str, settings: HsiSettings, prof
     return raised_by_evidence_alerts(floor, alerts), [alert["alert_key"] for alert in alerts]
 
 
+def answering_trust(
+    llm: LlamaServerResource,
+    duckdb: HsiDuckDBResource,
+    server_url: str,
+    schema: str,
+    quality_level: str,
+    setting: int | str,
+) -> Trust:
+    """The trust of the model that answered (the server at `server_url`: several may sit behind the router): the
+    MODEL_TRUST number, or with `auto` the trust measured for that model's fingerprint. A server that does not report
+    its model, a model never measured, or a record measured for another size of the model: the stated default, with
+    the reason on the row (never silent)."""
+    identity = llm.model_identity(server_url or None)
+    if identity is None:
+        if setting != AUTO:
+            return resolve_trust(setting, None, None)
+        return default_trust(f"the server that answered ({server_url or llm.primary_url}) did not report its model")
+    fingerprint = ModelFingerprint(short_model_name(identity.name), identity.size, schema, quality_level)
+    record = None
+    if setting == AUTO:
+        with duckdb.get_connection() as conn:
+            record = trust_record_for(conn, fingerprint)
+    try:
+        return resolve_trust(setting, fingerprint, record)
+    except TrustError as exc:
+        return refused_trust(exc, fingerprint)
+
+
 def verdict_metadata(verdict: Verdict, ignored: tuple[str, ...]) -> dict:
-    """Who decided and why, for the Dagster UI."""
+    """Who decided and why, for the Dagster UI; the trust that applied, and a warning when it was not measured."""
     reasons = "\n".join(f"- {reason}" for reason in verdict.floor_reasons) or "- no evidence rule fired"
     if ignored:
         reasons += "\n\nIgnored (malformed enrichment):\n" + "\n".join(f"- {line}" for line in ignored)
@@ -77,6 +119,12 @@ def verdict_metadata(verdict: Verdict, ignored: tuple[str, ...]) -> dict:
         "floor_score": verdict.floor_score,
         "verdict": verdict.explanation(),
         "floor_reasons": dg.MetadataValue.md(reasons),
+        "model_level": verdict.model_level or "none",
+        "model_trust": verdict.trust.value,
+        "trust_source": verdict.trust.source,
+        "trust_reason": verdict.trust.reason,
+        "model_note": verdict.note or "none",
+        **({"trust_warning": f"unmeasured trust: {verdict.trust.reason}"} if verdict.trust.unmeasured else {}),
     }
 
 
@@ -99,6 +147,12 @@ def verdict_metadata(verdict: Verdict, ignored: tuple[str, ...]) -> dict:
         ),
         dg.AssetCheckSpec(
             SERVER_TOKENS, asset="risk_assessments", description="Server-counted prompt tokens <= budget"
+        ),
+        dg.AssetCheckSpec(
+            TEXT_AGREES,
+            asset="risk_assessments",
+            description="A stored summary or rubric answers describing forced entry, a weapon or violence is not "
+            "stored low (read from the text, not from the code that set the level)",
         ),
     ],
 )
@@ -147,8 +201,10 @@ def risk_assessments(
         floor, evidence_alert_keys = batch_floor(
             conn, batch_id, camera_id, settings, pipeline_settings.camera_profiles()
         )
-    fields, verdict = verdict_for(outcome, floor)
+        quality_level = EnrichedContext.from_json(load_context_json(conn, batch_id)).quality_level
     calls = outcome.replies
+    trust = answering_trust(llm, duckdb, calls[-1].server_url, schema, quality_level, settings.MODEL_TRUST)
+    fields, verdict = verdict_for(outcome, floor, trust)
     row = {
         **base_row,
         **fields,
@@ -170,6 +226,10 @@ def risk_assessments(
         )
     elif fields["status"] != OK:
         context.log.warning(f"batch {batch_id}: output invalid after one repair attempt: {fields['error']}")
+    if trust.unmeasured:
+        context.log.warning(f"batch {batch_id}: MODEL_TRUST={settings.MODEL_TRUST}: {trust.reason} (run `hsi eval`)")
+    if verdict.note:
+        context.log.warning(f"batch {batch_id}: {verdict.note} (stored {verdict.level} {verdict.score})")
 
     return dg.MaterializeResult(
         metadata={
@@ -193,5 +253,6 @@ def risk_assessments(
             stored_assessment_valid(stored),
             model_level_matches_score(stored),
             server_prompt_tokens_within_budget(stored),
+            stored_level_matches_its_text(stored),
         ],
     )

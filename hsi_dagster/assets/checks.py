@@ -7,12 +7,17 @@
   the schema llama-server was given (plain or rubric, core/prompt/risk_schema.py; checked with jsonschema rather than
   the parser's pydantic models), its text agrees with the columns, the model_score is recomputed from the stored JSON
   (the rubric score of its answers, else its number), the stored score is max(model_score, floor_score) with the
-  model's score capped at the top of the band MODEL_RAISE_LEVELS above the floor's level (core/verdict/final.py), and
-  the level its band; a `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
+  model's score capped at the top of the band `model_trust` levels above the floor's level (the trust the row says
+  applied, 0-3; core/verdict/final.py), the level its band and `model_level` the band of the model's score; a
+  `floor_only` row (no usable reply, the evidence floor decided) has the floor's score, the reply
   and the reason; an invalid output is stored with the reply and the reason.
 - `model_level_matches_score` (risk_assessments, warning): the model's OWN risk_level, as it replied, against the
   band of its own number. The stored level is always derived from the stored score, so only the model's level can
   disagree: a model that contradicts itself is worth a look (prompt, model or calibration).
+- `stored_level_matches_its_text` (risk_assessments, warning): the stored summary, reasoning and rubric answers,
+  read with a short list of words for forced entry, a weapon or violence (and the rubric's forced-entry and violence
+  answers), against the stored level: such a description stored "low" contradicts itself (the verdict's principle 4).
+  It reads the text only, not the floor, the trust or the scores that set the level, so it catches what they miss.
 - `prompt_within_budget` (risk_assessments, warning): llama-server's own count of the prompt (usage.prompt_tokens)
   against the budget: the cl100k estimate times PROMPT_TOKEN_RATIO must not have undercounted the served model.
 
@@ -22,6 +27,7 @@ Each is a function of plain values returning the check result, so a test can han
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,12 +43,14 @@ from hsi_dagster.core.prompt.risk_schema import (
 )
 from hsi_dagster.core.prompt.rubric import rubric_score
 from hsi_dagster.core.prompt.tokens import TokenCounter
-from hsi_dagster.core.verdict.final import FLOOR_ONLY, FLOOR_STANDS_ALONE, MODEL_RAISE_LEVELS
+from hsi_dagster.core.verdict.final import FLOOR_ONLY, FLOOR_STANDS_ALONE
+from hsi_dagster.core.verdict.trust import untrusted_note
 
 PROMPT_FITS = "prompt_fits_budget"
 STORED_VALID = "stored_assessment_valid"
 MODEL_LEVEL = "model_level_matches_score"
 SERVER_TOKENS = "prompt_within_budget"
+TEXT_AGREES = "stored_level_matches_its_text"
 
 MAX_PROBLEMS_SHOWN = 5
 _PLAIN = Draft202012Validator(PLAIN_JSON_SCHEMA)
@@ -75,14 +83,21 @@ def _score_problems(row: Mapping[str, Any], model_score: int | None) -> list[str
     floor = row.get("floor_score")
     floor_score = floor if isinstance(floor, int) else 0
     floor_band = next(index for index, (_, low, high) in enumerate(LEVEL_BANDS) if low <= floor_score <= high)
-    cap = LEVEL_BANDS[min(floor_band + MODEL_RAISE_LEVELS, len(LEVEL_BANDS) - 1)][2]
+    trust = row.get("model_trust")
+    trust = 0 if trust is None else trust  # rows stored before migration 11: the old fixed cap of 0
+    if not isinstance(trust, int) or not 0 <= trust <= 3:
+        return [*problems, f"model_trust {trust!r} is not a trust 0-3"]
+    cap = LEVEL_BANDS[min(floor_band + trust, len(LEVEL_BANDS) - 1)][2]
     expected = max(min(model_score or 0, cap), floor_score)
     score = row.get("risk_score")
     if score != expected:
         problems.append(
-            f"risk_score {score!r} is not the verdict of model {model_score!r} (capped at {cap}) and floor {floor!r}"
-            f" = {expected}"
+            f"risk_score {score!r} is not the verdict of model {model_score!r} (trust {trust}: capped at {cap}) and "
+            f"floor {floor!r} = {expected}"
         )
+    model_band = level_for_score(model_score) if isinstance(model_score, int) and 0 <= model_score <= 100 else None
+    if "model_level" in row and row.get("model_level") != model_band and row.get("trust_source") is not None:
+        problems.append(f"model_level {row.get('model_level')!r} is not the band of the model's score {model_score!r}")
     if isinstance(score, int) and 0 <= score <= 100 and level_for_score(score) != row.get("risk_level"):
         problems.append(f"risk_level {row.get('risk_level')!r} is not the band of score {score}")
     return problems
@@ -175,4 +190,59 @@ def server_prompt_tokens_within_budget(row: Mapping[str, Any] | None) -> dg.Asse
         passed=passed,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"server_prompt_tokens": prompt_tokens or 0, "budget": budget or 0},
+    )
+
+
+# What a household reads as forced entry, a weapon or violence. Deliberately a separate, small vocabulary: this check
+# must not share the rules or the rubric table that produced the level. A negation just before ("no weapon", "without
+# forcing") does not count.
+_CONTRADICTION_WORDS = {
+    "forced entry": r"forc(?:e|ed|es|ing)\b(?! *(?:field|majeure))|pr(?:y|ies|ied|ying)\b|crowbar|jimm(?:y|ied|ying)|"
+    r"break(?:s|ing)? (?:in|into|the)\b|broke (?:in|into)|smash(?:es|ed|ing)?\b|kick(?:s|ed|ing)? (?:in|down)\b",
+    "weapon": r"weapon|gun\b|pistol|rifle|firearm|knife|knives|machete|armed\b",
+    "violence": r"violen(?:ce|t)|fight(?:s|ing)?\b|punch(?:es|ed|ing)?\b|assault|attack(?:s|ed|ing)?\b|"
+    r"stab(?:s|bed|bing)?\b|hitting\b|beat(?:s|ing)? (?:up|a|the|him|her|someone)",
+}
+_NEGATION = re.compile(r"\b(?:no|not|nor|without|never|nothing|none)\b(?:\W+\w+){0,2}\W*$", re.IGNORECASE)
+_RUBRIC_HOSTILE = {"forced_entry_or_damage": "forced entry", "violence": "violence"}
+
+
+def text_describes(text: str) -> list[str]:
+    """Which of forced entry, a weapon or violence `text` describes (not negated just before)."""
+    found = []
+    for name, pattern in _CONTRADICTION_WORDS.items():
+        for match in re.finditer(pattern, text, re.IGNORECASE):
+            if not _NEGATION.search(text[max(0, match.start() - 40) : match.start()]):
+                found.append(name)
+                break
+    return found
+
+
+def _described(row: Mapping[str, Any]) -> list[str]:
+    text = " ".join(str(row.get(column) or "") for column in ("summary", "reasoning"))
+    found = text_describes(text)
+    try:
+        assessment = json.loads(row["assessment"]) if isinstance(row.get("assessment"), str) else row.get("assessment")
+    except json.JSONDecodeError:
+        assessment = None
+    rubric = assessment.get("rubric") if isinstance(assessment, dict) else None
+    if isinstance(rubric, dict):
+        found += [f"rubric {key}: yes" for key in _RUBRIC_HOSTILE if rubric.get(key) is True]
+    return found
+
+
+def stored_level_matches_its_text(row: Mapping[str, Any] | None) -> dg.AssetCheckResult:
+    row = row or {}
+    level = row.get("risk_level")
+    described = _described(row) if row.get("status") in ("ok", FLOOR_ONLY) else []
+    contradicts = level == "low" and bool(described)
+    return dg.AssetCheckResult(
+        check_name=TEXT_AGREES,
+        passed=not contradicts,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "risk_level": str(level),
+            "described": ", ".join(described) or "none",
+            "model_note": untrusted_note(row.get("model_level"), level, row.get("trust_reason")) or "none",
+        },
     )

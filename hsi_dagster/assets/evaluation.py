@@ -3,7 +3,8 @@
 A thin face over hsi_dagster/evaluation/: each partition is one pass (an endpoint, a quality level, an output
 schema; the model is whatever that endpoint serves) and stores the three configurations it yields (the model
 alone, the model raised to the evidence floor, the floor alone). The markdown report with a confusion matrix per
-configuration and a comparison chart is the asset's metadata. `hsi eval` runs the same engine.
+configuration and a comparison chart is the asset's metadata, with the trust sweep of the pass (every trust 0-3 on the
+holdout split, the recommended trust stored for the model). `hsi eval` runs the same engine.
 """
 
 from collections.abc import Sequence
@@ -90,6 +91,22 @@ def evaluation_asset(
             )
             metadata[f"{stored_name}: latency_p50_ms"] = _metadata_value(figures.latency_p50_ms)
             metadata[f"{stored_name}: latency_p95_ms"] = _metadata_value(figures.latency_p95_ms)
+        if stored.trust is not None:
+            measurement = stored.trust
+            metadata["trust_applied"] = f"{measurement.applied.value} ({measurement.applied.reason})"
+            metadata["trust_recommended"] = "none" if measurement.recommended is None else measurement.recommended
+            metadata["trust_stored"] = measurement.note
+            if measurement.applied.unmeasured:
+                metadata["trust_warning"] = f"unmeasured trust: {measurement.applied.reason}"
+            rows = "\n".join(
+                f"| {p.trust} | {_metadata_value(p.recall)} | {_metadata_value(p.false_alarm_rate)} | "
+                f"{_metadata_value(p.raise_precision)} | {p.raised} | {_metadata_value(p.level_accuracy)} |"
+                for p in measurement.holdout
+            )
+            metadata["trust_sweep"] = dg.MetadataValue.md(
+                "| trust | recall (high+critical) | false alarms | raise precision | raised | level accuracy |\n"
+                "|---|---|---|---|---|---|\n" + rows
+            )
         metadata["report"] = dg.MetadataValue.md(report)
         return dg.MaterializeResult(metadata=metadata)  # type: ignore[arg-type]
 

@@ -1,4 +1,5 @@
-"""`hsi config check`: print the findings of cli/config_findings.py for the settings.
+"""`hsi config check`: print the findings of cli/config_findings.py for the settings, and whether the model's
+trust (MODEL_TRUST, core/verdict/trust.py) was measured.
 
 The settings come from hsi.env and the environment.
 """
@@ -13,6 +14,7 @@ from hsi_dagster.cli.config_findings import Finding, check_config
 from hsi_dagster.cli.frigate import profile_findings
 from hsi_dagster.llm.gguf import read_metadata
 from hsi_dagster.llm.model_files import model_path
+from hsi_dagster.settings import HsiSettings
 
 
 def add_config_check_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -38,10 +40,51 @@ def run_config_check(args: argparse.Namespace) -> int:
             meta = read_metadata(Path(args.model) if args.model else model_path(settings.MODEL_PATH))
         except (OSError, ValueError) as exc:
             extra.append(Finding("warning", "MODEL_PATH", f"model checks skipped: cannot read the GGUF header ({exc})"))
-    findings = extra + check_config(settings, meta)
+    findings = extra + check_config(settings, meta) + trust_findings(settings)
     findings += [Finding(*finding) for finding in profile_findings(settings)]  # cameras without a profile
     for finding in findings:
         print(finding)
     if not findings:
         print("OK: no inconsistent settings found")
     return 1 if any(f.level == "error" for f in findings) else 0
+
+
+def trust_findings(settings: HsiSettings) -> list[Finding]:
+    """With MODEL_TRUST=auto: a warning when no trust was measured for the configured model (its served name, the
+    schema and the quality level) in HSI_DUCKDB_PATH, naming the stated default that then applies; else what was
+    measured. The size the server reports is checked against the record at run time (assets/assessments.py)."""
+    from hsi_dagster.core.verdict.trust import AUTO, DEFAULT_TRUST
+    from hsi_dagster.llm.options import short_model_name
+    from hsi_dagster.storage.db import DatabaseNotFound, connect
+    from hsi_dagster.storage.trust import measured_trust
+
+    if settings.MODEL_TRUST != AUTO:
+        return []
+    name = settings.MODEL_ALIAS or short_model_name(str(model_path(settings.MODEL_PATH)))
+    schema, quality = settings.ASSESSMENT_SCHEMA, settings.ENRICHMENT_QUALITY_LEVEL
+    try:
+        with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
+            records = measured_trust(conn)
+    except DatabaseNotFound:
+        records = []
+    found = [r for r in records if (r["model"], r["schema"], r["quality_level"]) == (name, schema, quality)]
+    if not found:
+        return [
+            Finding(
+                "warning",
+                "MODEL_TRUST",
+                f"auto: no measured trust for {name} ({schema} schema, {quality} quality) in "
+                f"{settings.HSI_DUCKDB_PATH}: the stated default trust {DEFAULT_TRUST} applies (an unmeasured model "
+                "may raise a batch the rules call low to high, an alert, but not to critical); measure it with "
+                "`hsi eval --split holdout`",
+            )
+        ]
+    record = found[0]
+    return [
+        Finding(
+            "info",
+            "MODEL_TRUST",
+            f"auto: measured trust {record['trust']} for {record['fingerprint']} ({record['configuration']}, "
+            f"{record['measured_at']:%Y-%m-%d})",
+        )
+    ]

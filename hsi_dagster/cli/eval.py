@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hsi_dagster.settings import HsiSettings
+
+if TYPE_CHECKING:
+    from hsi_dagster.evaluation.trust import TrustMeasurement
 
 DEFAULT_OUT = "data/eval-report"
 
@@ -69,6 +73,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else format(value, ".0%")
+
+
+def trust_lines(measurement: TrustMeasurement) -> list[str]:
+    """The trust sweep of a pass (holdout split): one row per trust 0-3, the recommendation and where it went."""
+    lines = [f"trust applied to the with-floor verdicts: {measurement.applied.value} ({measurement.applied.reason})"]
+    lines.append("trust sweep, holdout: trust  recall(high+critical)  false alarms  raise precision  raised  accuracy")
+    for point in measurement.holdout:
+        lines.append(
+            f"  {point.trust}  {_pct(point.recall):>6}  {_pct(point.false_alarm_rate):>6}  "
+            f"{_pct(point.raise_precision):>6}  {point.raised:>3}  {_pct(point.level_accuracy):>6}"
+        )
+    recommended = "none" if measurement.recommended is None else str(measurement.recommended)
+    lines.append(f"recommended trust {recommended}: {measurement.note}")
+    return lines
 
 
 def chart_file_name(key: str) -> str:
@@ -140,6 +158,9 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
                 f"{f.adversarial_scenarios}",
                 flush=True,
             )
+        if stored.trust is not None:
+            for line in trust_lines(stored.trust):
+                print(f"  {line}", flush=True)
         print(f"  {stored.run.seconds:.0f} s", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

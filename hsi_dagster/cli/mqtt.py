@@ -3,6 +3,8 @@
 The connection is checked with a separate clean session (`<MQTT_PUBLISH_CLIENT_ID>-status`, no will), so asking
 never disturbs the publisher's session; a broker that never answers is reported after MQTT_CONNECT_TIMEOUT_SECONDS
 (or --timeout). Exit 0 when the broker accepted the connection, 1 otherwise (a health check can use it).
+The model trust behind the latest verdicts is listed too, with a warning when it was not measured
+(core/verdict/trust.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import time
 from typing import Any
 
+from hsi_dagster.core.verdict.trust import DEFAULT
 from hsi_dagster.settings import HsiSettings
 
 
@@ -39,19 +42,22 @@ def _stored(settings: HsiSettings) -> dict[str, Any]:
     from hsi_dagster.storage import mqtt_outbox
     from hsi_dagster.storage.db import DatabaseNotFound, connect
     from hsi_dagster.storage.frigate_writeback import writeback_counts
+    from hsi_dagster.storage.trust import recent_trust
 
     try:
         with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
+            trust = recent_trust(conn)
             if not mqtt_outbox.outbox_exists(conn):
-                return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}}
+                return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}, "trust": trust}
             return {
                 "publisher": mqtt_outbox.publisher_state(conn),
                 "cameras": mqtt_outbox.last_publish_per_camera(conn),
                 "backlog": mqtt_outbox.backlog(conn),
                 "frigate_writeback": writeback_counts(conn),
+                "trust": trust,
             }
     except DatabaseNotFound:
-        return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}}
+        return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}, "trust": []}
 
 
 def _print_text(status: dict[str, Any], settings: HsiSettings) -> None:
@@ -85,6 +91,12 @@ def _print_text(status: dict[str, Any], settings: HsiSettings) -> None:
             f" Home Assistant entities {'yes' if row.get('entities') else 'no'}"
         )
     print(f"backlog: {sum(backlog.values())} verdicts/alerts waiting")
+    for row in status.get("trust", []):
+        mark = "WARNING unmeasured " if row["trust_source"] == DEFAULT else ""
+        print(
+            f"{mark}model trust {row['model_trust']} for {row['model'] or 'unknown model'} ({row['trust_reason']}):"
+            f" {row['verdicts']} of the latest verdicts, last {row['last_at']}"
+        )
     if status["frigate_writeback"]:
         counts = ", ".join(f"{count} {state}" for state, count in status["frigate_writeback"].items())
         print(f"frigate write-back ({settings.FRIGATE_WRITEBACK}): {counts}")

@@ -1,7 +1,9 @@
 """The readable risk report `hsi demo` prints: per camera, then overall token, latency and cache figures.
 
 Each listed verdict says who decided it: the model's score, or the evidence floor (core/verdict/final.py) with the first
-rule that fired; a `floor_only` batch (no usable model output, the evidence alone a verdict) counts as assessed.
+rule that fired; a `floor_only` batch (no usable model output, the evidence alone a verdict) counts as assessed. A
+verdict the model wanted higher than its trust allowed says so ("model said critical; not trusted for this model:
+measured trust 0", core/verdict/trust.py), and verdicts under an unmeasured trust are counted.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from statistics import median
 
 import duckdb
 
+from hsi_dagster.core.verdict.trust import DEFAULT, untrusted_note
 from hsi_dagster.storage.reports import ReportRow, report_rows
 
 LEVEL_ORDER = ("critical", "high", "medium", "low")
@@ -25,8 +28,9 @@ def who_decided(row: ReportRow) -> str:
     if row.decided_by == "model":
         return f"{model} (floor {row.floor_score or 0})"
     if row.model_score is not None and row.risk_score is not None and row.model_score > row.risk_score:
-        # the model said more than the evidence allows (core/verdict/final.py caps it at the floor's level band)
-        return f"evidence cap {row.risk_score} < {model} (floor {row.floor_score or 0}: no rule raises the level)"
+        # the model said more than its trust allows above the floor's level (core/verdict/final.py)
+        trust = row.trust_reason or f"trust {row.model_trust or 0}"
+        return f"trust cap {row.risk_score} < {model} (floor {row.floor_score or 0}, {trust})"
     reason = (row.floor_reasons or ["evidence rules"])[0]
     reason = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "…"
     return f"floor {row.floor_score} > {model}: {reason}"
@@ -60,6 +64,9 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
             lines.append(f"  [{r.risk_level:>8} {r.risk_score:>3}] {r.summary}")
             if who_decided(r):
                 lines.append(f"  {'':>14}decided by {who_decided(r)}")
+            note = untrusted_note(r.model_level, r.risk_level, r.trust_reason)
+            if note:
+                lines.append(f"  {'':>14}{note}")
         for r in items:
             if r.status not in VERDICT_STATUSES:
                 lines.append(f"  [{'pending' if r.status is None else r.status}] {r.batch_id}")
@@ -67,6 +74,8 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
     with_floor = [r for r in rows if r.status in VERDICT_STATUSES and r.decided_by is not None]
     by_floor = [r for r in with_floor if r.decided_by == "floor"]
     floor_only = sum(1 for r in rows if r.status == "floor_only")
+    untrusted = [r for r in rows if untrusted_note(r.model_level, r.risk_level, r.trust_reason)]
+    unmeasured = sorted({r.trust_reason for r in rows if r.trust_source == DEFAULT and r.trust_reason})
     measured = [r for r in rows if r.prompt_tokens]
     prompt_tokens = sum(r.prompt_tokens or 0 for r in measured)
     cached = sum(r.cached_tokens or 0 for r in measured)
@@ -84,6 +93,12 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
             if with_floor
             else []
         ),
+        *(
+            [f"model said more than its trust allowed: {len(untrusted)} verdicts (listed above when in the top)"]
+            if untrusted
+            else []
+        ),
+        *[f"WARNING unmeasured model trust: {reason} (run `hsi eval`)" for reason in unmeasured],
         f"context utilization: median {median(utilization):.2f}, max {max(utilization):.2f}; "
         f"{trimmed} prompts had sections removed"
         if utilization

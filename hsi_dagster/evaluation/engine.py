@@ -11,6 +11,9 @@ One LLM call (plus its one repair) per scenario gives three results (evaluation/
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
 configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
 `evaluate_and_store`.
+
+Model trust (evaluation/trust.py): the with-floor configuration is stored with the trust production would apply to the
+pass's model; after the pass the trust sweep over every trust 0-3 is stored for the model's fingerprint.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from hsi_dagster.core.prompt.risk_schema import level_for_score
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import AssessmentOutcome
 from hsi_dagster.core.verdict.evidence import Floor
+from hsi_dagster.core.verdict.trust import ModelFingerprint, Trust
 from hsi_dagster.evaluation.configurations import EvalConfiguration
+from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_trust, pass_fingerprint
 from hsi_dagster.llm.errors import LlamaRequestRejected
 from hsi_dagster.llm.protocol import ChatResult
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
@@ -146,24 +151,24 @@ def floor_result(prepared: PreparedScenario, name: str) -> ScenarioResult:
 
 
 def run_prepared(
-    prepared: PreparedScenario, configuration: EvalConfiguration, assess_call: Assess
+    prepared: PreparedScenario, configuration: EvalConfiguration, assess_call: Assess, *, trust: Trust | int
 ) -> list[ScenarioResult]:
-    """One scenario through the call-and-repair loop once: the model's result, the model raised to the floor, and
-    the floor alone. A rejected prompt is a result; an unreachable server raises."""
+    """One scenario through the call-and-repair loop once: the model's result, the model raised to the floor within
+    `trust`, and the floor alone. A rejected prompt is a result; an unreachable server raises."""
     floor = prepared.floor
     alone = floor_result(prepared, configuration.floor_name)
     model = _base(prepared, configuration.model_name)
     with_floor = _base(prepared, configuration.with_floor_name)
     if prepared.messages is None:
         model = replace(model, status="prompt_too_large", error=prepared.error)
-        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor, trust), alone]
     started = time.perf_counter()
     try:
         outcome = assess_call(prepared.messages)
     except LlamaRequestRejected as exc:
         spent = (time.perf_counter() - started) * 1000
         model = replace(model, status="llm_rejected", error=str(exc), latency_ms=spent)
-        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor), alone]
+        return [model, _floored(replace(model, configuration=with_floor.configuration), None, floor, trust), alone]
     fields, calls = outcome.fields(), outcome.replies
     model_score = outcome.model_score
     measured = replace(
@@ -186,13 +191,15 @@ def run_prepared(
     floored = replace(
         measured, configuration=configuration.with_floor_name, latency_ms=measured.latency_ms + prepared.floor_ms
     )
-    return [measured, _floored(floored, outcome, floor), alone]
+    return [measured, _floored(floored, outcome, floor, trust), alone]
 
 
-def _floored(result: ScenarioResult, outcome: AssessmentOutcome | None, floor: Floor) -> ScenarioResult:
-    """The stored verdict (core/verdict/final.py): max(model score, floor); `floor_only` when the model gave nothing
-    usable but the floor alone stands."""
-    _, verdict = verdict_for(outcome, floor)
+def _floored(
+    result: ScenarioResult, outcome: AssessmentOutcome | None, floor: Floor, trust: Trust | int
+) -> ScenarioResult:
+    """The stored verdict (core/verdict/final.py): max(model score, floor) within the trust; `floor_only` when the
+    model gave nothing usable but the floor alone stands."""
+    _, verdict = verdict_for(outcome, floor, trust)
     model_score = outcome.model_score if outcome is not None else None
     stands = verdict.stands
     return replace(
@@ -252,8 +259,10 @@ def evaluate_configuration(
     concurrency: int | None = None,
     counter: TokenCounter | None = None,
     deadline: float | None = None,
+    trust: Trust | int = 0,
 ) -> PassRun:
-    """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once.
+    """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once; the
+    with-floor verdicts within `trust` (evaluate_and_store passes the one production would apply).
     With `deadline` (time.monotonic()), scenarios not started by then are left out of the run (a bench's bound)."""
     if not configuration.llm or llm is None:
         run = evaluate_floor_only(configuration, scenarios, settings)
@@ -283,7 +292,7 @@ def evaluate_configuration(
     def run_one(item: PreparedScenario) -> list[ScenarioResult] | None:
         if deadline is not None and time.monotonic() > deadline:
             return None
-        return run_prepared(item, configuration, assess_call)
+        return run_prepared(item, configuration, assess_call, trust=trust)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eval") as pool:
         for triple in pool.map(run_one, prepared):
@@ -325,6 +334,7 @@ class StoredRun:
     figures: dict[str, ConfigurationFigures]  # per stored configuration of the pass
     compared: list[str]  # every configuration with stored figures, these included
     endpoint: str
+    trust: TrustMeasurement | None = None  # None: a floor-only pass
 
 
 def _prompt_sha256(schema: str) -> str:
@@ -355,6 +365,8 @@ def evaluate_and_store(
     """Run one pass, store each result as it comes (short connections: none is held across an LLM call), then the
     figures of each configuration it yields and their kappa against every other stored configuration."""
     target = _llm_for(configuration, llm) if llm is not None and configuration.llm else None
+    endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
+    fingerprint: ModelFingerprint | None = None
 
     def store(result: ScenarioResult) -> None:
         with duckdb.get_connection() as conn:
@@ -363,13 +375,23 @@ def evaluate_and_store(
             on_result(result)
 
     try:
+        if target is not None:
+            target.ensure_ready()  # the model is reported once the server is up
+            fingerprint = pass_fingerprint(configuration, target)
+        applied = applied_trust(fingerprint, settings, duckdb, endpoint)
         run = evaluate_configuration(
-            configuration, scenarios, target, settings, on_result=store, concurrency=concurrency, deadline=deadline
+            configuration,
+            scenarios,
+            target,
+            settings,
+            on_result=store,
+            concurrency=concurrency,
+            deadline=deadline,
+            trust=applied,
         )
     finally:
         if target is not None and target is not llm:
             target.teardown_after_execution(dg.build_init_resource_context())
-    endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
     figures: dict[str, ConfigurationFigures] = {}
     with duckdb.get_connection() as conn:
         for name, results in run.results.items():
@@ -388,4 +410,8 @@ def evaluate_and_store(
             )
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
         compared = stored_configurations(conn)
-    return StoredRun(run, figures, compared, endpoint)
+    measurement = None
+    if target is not None:
+        with_floor = run.results.get(configuration.with_floor_name, [])
+        measurement = measure_trust(with_floor, fingerprint, applied, duckdb, configuration.name)
+    return StoredRun(run, figures, compared, endpoint, measurement)

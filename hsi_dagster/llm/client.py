@@ -36,9 +36,11 @@ from hsi_dagster.llm.protocol import (
     NO_THINKING,
     ChatResult,
     ChatStream,
+    ModelIdentity,
     Usage,
     chat_body,
     chat_result,
+    model_identity_from_models,
     server_info_from_props,
 )
 from hsi_dagster.llm.slots import (
@@ -211,6 +213,17 @@ class LlamaClient(ClosesOnExit):
         if not isinstance(props, dict):
             raise LlamaServerError(f"{self._transport.where('GET', '/props')} returned an unexpected reply")
         return props
+
+    def model_identity(self) -> ModelIdentity | None:
+        """The model this server reports now (GET /v1/models: id, and size from llama.cpp's meta); None when it
+        reports none or cannot be asked (the caller then uses the stated default trust and says so). Asked per
+        answer, not cached: a server restarted with another model must not keep the old model's trust."""
+        try:
+            reply = self._transport.call("GET", "/v1/models", max_tries=1)
+        except LlamaServerError as exc:
+            logger.warning("%s did not report its model (%s)", self.base_url, exc)
+            return None
+        return model_identity_from_models(reply)
 
     def _slots_or_none(self) -> list | None:
         try:

@@ -56,6 +56,29 @@ class ChatResult:
     server_url: str = field(default="", compare=False)  # which server answered (several behind a router)
 
 
+@dataclass(frozen=True)
+class ModelIdentity:
+    """The model a server reports (GET /v1/models): its id (an alias or the file's path) and, from llama.cpp's
+    `meta`, its size in bytes. What model trust is measured for (core/verdict/trust.py)."""
+
+    name: str
+    size: int | None
+
+
+def model_identity_from_models(reply: Any) -> ModelIdentity | None:
+    """The first listed model of a /v1/models reply; None when the server lists none (it did not report its model)."""
+    models = reply.get("data") if isinstance(reply, dict) else None
+    if not isinstance(models, list) or not models or not isinstance(models[0], dict):
+        return None
+    model = models[0]
+    name = model.get("id")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    meta = model.get("meta")
+    size = meta.get("size") if isinstance(meta, dict) else None
+    return ModelIdentity(name.strip(), int(size) if isinstance(size, int) and not isinstance(size, bool) else None)
+
+
 def schema_name(schema: dict) -> str:
     """The `json_schema.name` the OpenAI API wants: the schema's title, restricted to [A-Za-z0-9_-], 64 chars."""
     name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "response"))

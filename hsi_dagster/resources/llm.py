@@ -38,7 +38,7 @@ from pydantic import Field, PrivateAttr
 
 from hsi_dagster.llm import probe_cache
 from hsi_dagster.llm.client import ChatResult, LlamaClient, LlamaServerError, ServerInfo
-from hsi_dagster.llm.protocol import ChatOptions
+from hsi_dagster.llm.protocol import ChatOptions, ModelIdentity
 from hsi_dagster.llm.router import COOLDOWN_SECONDS, MAX_COOLDOWN_SECONDS, LlamaRouter
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.steps import configured_slot_context
@@ -189,6 +189,18 @@ class LlamaServerResource(dg.ConfigurableResource):
         ready server suffices; slot_context is the smallest of the ready servers, total_slots their sum."""
         router = self.get_router()
         return router.ensure_ready() if router else self.get_client().ensure_ready()
+
+    def model_identity(self, url: str | None = None) -> ModelIdentity | None:
+        """What the server at `url` (the one that answered: ChatResult.server_url; default the first) reports as its
+        model; None when it reports none. Trust follows the server that answered (core/verdict/trust.py)."""
+        router = self.get_router()
+        clients = router.clients if router is not None else [self.get_client()]
+        wanted = (url or self.primary_url).rstrip("/")
+        for client in clients:
+            if client.base_url.rstrip("/") == wanted:
+                return client.model_identity()
+        with LlamaClient(wanted, **self._client_kwargs()) as client:
+            return client.model_identity()
 
     def live_slot_context(self) -> int | None:
         """Per-slot context reported by the server now, or None when it cannot be reached quickly or reports none

@@ -73,6 +73,7 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     PROMPT_SAFETY_MARGIN_TOKENS: int
     PROMPT_TOKEN_RATIO: float
     ASSESSMENT_SCHEMA: str
+    MODEL_TRUST: str  # auto or 0-3, as text (one Dagster type): HsiSettings parses it (core/verdict/trust.py)
     # History (issue 25)
     HISTORY_ENABLED: bool
     HISTORY_DAYS: int
@@ -96,6 +97,7 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: HsiSettings) -> PipelineSettingsResource:
         values = settings.model_dump(mode="json", include=set(cls.model_fields))
+        values["MODEL_TRUST"] = str(values["MODEL_TRUST"])
         return cls(**values)
 
     def field_values(self) -> dict[str, Any]:

@@ -112,9 +112,9 @@ def _verdicts(
 ) -> list[StoredVerdict]:
     """Verdicts (statuses `ok` and `floor_only`, core/verdict/final.py) matching `where` (over `r`, risk_assessments,
     and `b`, detection_batches), per camera in window order (then assessment order); the floor columns (migration 6)
-    when present."""
+    and the trust columns (migration 11) when present."""
     present = _columns(conn, "risk_assessments")
-    columns = ("floor_score", "floor_reasons", "model_score")
+    columns = ("floor_score", "floor_reasons", "model_score", "model_level", "model_trust", "trust_reason")
     optional = ", ".join(f"r.{name}" if name in present else f"NULL AS {name}" for name in columns)
     rows = conn.execute(
         f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
@@ -126,10 +126,15 @@ def _verdicts(
         {**params, "statuses": list(VERDICT_STATUSES)},
     ).fetchall()
     verdicts = []
-    for batch_id, camera_id, level, score, summary, assessment, started, assessed, floor, floor_reasons, model in rows:
+    for row in rows:
+        batch_id, camera_id, level, score, summary, assessment, started, assessed, floor, floor_reasons, model = row[
+            :11
+        ]
         reasons = reasons_from(floor_reasons) or _factor_reasons(assessment)
         verdicts.append(
-            StoredVerdict(batch_id, camera_id, level, score, summary, reasons, started, assessed, floor, model)
+            StoredVerdict(
+                batch_id, camera_id, level, score, summary, reasons, started, assessed, floor, model, *row[11:]
+            )
         )
     return verdicts
 

@@ -28,6 +28,10 @@ class ReportRow(NamedTuple):
     floor_score: int | None = None  # the evidence floor's
     floor_reasons: list[str] | None = None  # the rules that fired
     decided_by: str | None = None  # "model" or "floor"
+    model_level: str | None = None  # the level of the model's own score (core/verdict/trust.py)
+    model_trust: int | None = None  # the trust that applied
+    trust_reason: str | None = None  # why that trust ("measured trust 0", "MODEL_TRUST=2", the default's reason)
+    trust_source: str | None = None  # measured | setting | default
 
 
 def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[ReportRow]:
@@ -38,9 +42,10 @@ def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[R
         """WITH ids AS (SELECT unnest(?::VARCHAR[]) AS batch_id)
            SELECT i.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
                   r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed,
-                  r.model_score, r.floor_score, r.floor_reasons, r.decided_by
+                  r.model_score, r.floor_score, r.floor_reasons, r.decided_by, r.model_level, r.model_trust,
+                  r.trust_reason, r.trust_source
            FROM ids i LEFT JOIN detection_batches b USING (batch_id) LEFT JOIN risk_assessments r USING (batch_id)
            ORDER BY b.camera_id, b.started_at""",
         [batch_ids],
     ).fetchall()
-    return [ReportRow._make((*row[:-2], json.loads(row[-2]) if row[-2] else None, row[-1])) for row in rows]
+    return [ReportRow._make((*row[:15], json.loads(row[15]) if row[15] else None, *row[16:])) for row in rows]

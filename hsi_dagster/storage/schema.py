@@ -330,6 +330,33 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        11,
+        "model trust: what the model said beside the stored verdict, the trust that applied; measured trust per model",
+        # core/verdict/trust.py: the answering model may raise a verdict above the evidence floor's level only as far
+        # as its trust; each row keeps the model's own level and the trust (value, where from, why) so a verdict the
+        # model wanted higher is never silent. model_trust holds what `hsi eval` measured per model fingerprint.
+        """
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_level VARCHAR;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_trust INTEGER;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS trust_source VARCHAR;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS trust_reason VARCHAR;
+        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_fingerprint VARCHAR;
+        CREATE TABLE IF NOT EXISTS model_trust (
+            fingerprint VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            model_size BIGINT,
+            schema VARCHAR NOT NULL,
+            quality_level VARCHAR NOT NULL,
+            trust INTEGER NOT NULL,
+            false_alarm_goal DOUBLE NOT NULL,
+            split VARCHAR NOT NULL,
+            configuration VARCHAR NOT NULL,
+            sweep JSON NOT NULL,
+            measured_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
+    (
         40,  # issue 40's number: migrations are numbered ahead, by issue
         "Frigate's evidence: re-judgements (a late description joined a batch) and Frigate's review items",
         # storage/frigate.py asks for re-judgements; storage/pipeline_tables.unassessed_batches lists the batch again

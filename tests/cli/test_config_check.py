@@ -17,7 +17,7 @@ def hsi_config_check(capsys: pytest.CaptureFixture, env: Path, *argv: str) -> tu
 
 def test_exit_codes(tmp_path, capsys):
     env = tmp_path / "hsi.env"
-    env.write_text("MODEL_PATH=/models/m.gguf\n")
+    env.write_text("MODEL_PATH=/models/m.gguf\nMODEL_TRUST=1\n")  # a configured trust needs no measurement
     code, out = hsi_config_check(capsys, env, "--no-model")
     assert code == 0 and "OK" in out
     env.write_text("MODEL_PATH=/models/m.gguf\nCACHE_TYPE_V=q4_0\nFLASH_ATTENTION=false\n")
@@ -59,3 +59,28 @@ def test_settings_that_leave_batches_unassessed_are_an_error(tmp_path, capsys, m
     code, out = hsi_config_check(capsys, env, "--no-model")
     assert code == 1 and "ERROR   CTX_SIZE: the smallest prompt a batch can be sent" in out
     assert "batches cannot be assessed (they alert unassessed); raise CTX_SIZE to at least" in out
+
+
+def test_model_trust_auto_warns_until_the_model_is_measured_and_a_bad_trust_is_refused(tmp_path, capsys):
+    from hsi_dagster.core.evaluation.trust_sweep import TrustSample, trust_sweep
+    from hsi_dagster.core.verdict.trust import ModelFingerprint
+    from hsi_dagster.storage.db import connect
+    from hsi_dagster.storage.trust import save_trust
+
+    db = tmp_path / "hsi.duckdb"
+    env = tmp_path / "hsi.env"
+    env.write_text(f"MODEL_PATH=/models/qwen.gguf\nHSI_DUCKDB_PATH={db}\n")  # MODEL_TRUST=auto, the default
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 0 and "WARNING MODEL_TRUST: auto: no measured trust for qwen (plain schema, full quality)" in out
+    assert "the stated default trust 2 applies" in out
+    points = trust_sweep([TrustSample("s1", "low", 5, 0)])
+    with connect(db) as conn:
+        save_trust(
+            conn, ModelFingerprint("qwen", 4321, "plain", "full"), 1, points, goal=0.03, split="holdout",
+            configuration="qwen.full",
+        )  # fmt: skip
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 0 and "INFO    MODEL_TRUST: auto: measured trust 1 for qwen|4321|plain|full (qwen.full" in out
+    env.write_text("MODEL_TRUST=5\n")
+    code = main(["config", "check", "--env-file", str(env), "--no-model"])
+    assert code == 2 and "MODEL_TRUST='5' is invalid: accepted values are auto or 0-3" in capsys.readouterr().err

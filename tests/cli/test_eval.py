@@ -84,3 +84,16 @@ def test_eval_writes_report_and_charts(
     assert "![comparison](comparison.png)" in report
     assert (out / "comparison.png").read_bytes().startswith(b"\x89PNG")
     assert (out / f"confusion-{key}.png").read_bytes().startswith(b"\x89PNG")
+    # s001 is a harmless holdout scenario: the pass's trust sweep is printed and its recommendation stored for the
+    # fingerprint the real server reports (its model name and size, plain schema, minimal quality).
+    from hsi_dagster.storage.db import connect
+    from hsi_dagster.storage.trust import measured_trust
+
+    assert "trust sweep, holdout: trust  recall(high+critical)  false alarms" in printed
+    with connect(tmp_path / "e.duckdb", read_only=True) as conn:
+        (record,) = measured_trust(conn)
+    assert record["fingerprint"].endswith("|plain|minimal") and record["model_size"] > 0
+    assert record["trust"] in (0, 1, 2, 3) and [p["trust"] for p in record["sweep"]] == [0, 1, 2, 3]
+    assert (
+        f"recommended trust {record['trust']}: stored: trust {record['trust']} for {record['fingerprint']}" in printed
+    )

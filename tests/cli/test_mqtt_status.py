@@ -43,7 +43,11 @@ def test_status_shows_the_connection_last_publish_per_camera_and_the_backlog(
     monkeypatch.setenv("MQTT_PORT", str(broker.port))
     now = datetime.now(UTC)
     save_verdict(env, "y-1", "yard", 80, now)
-    save_verdict(env, "d-1", "door", 20, now)
+    unmeasured = "no measured trust for qwen|1|plain|full: stated default trust 2"
+    save_verdict(
+        env, "d-1", "door", 20, now, model="qwen", model_level="critical", model_trust=2, trust_source="default",
+        trust_reason=unmeasured,
+    )  # fmt: skip
     assert publish_pending(database(env), publisher(broker.port), None).units == 2
     save_verdict(env, "y-2", "yard", 90, now)  # stored after the tick: waiting
 
@@ -55,10 +59,13 @@ def test_status_shows_the_connection_last_publish_per_camera_and_the_backlog(
     assert cameras["door"]["entities"] is True and cameras["door"]["last_published_at"]
     assert report["backlog"] == {"yard": 1}
     assert report["publisher"]["last_error"] is None
+    (trust,) = report["trust"]  # the rows the pipeline stored with a trust (the others predate it)
+    assert (trust["model"], trust["model_trust"], trust["trust_source"], trust["verdicts"]) == ("qwen", 2, "default", 1)
 
     assert main(["mqtt", "status"]) == 0  # the text form
     text = capsys.readouterr().out
     assert "connected in" in text and "yard: last publish" in text and "backlog: 1 verdicts/alerts waiting" in text
+    assert f"WARNING unmeasured model trust 2 for qwen ({unmeasured}): 1 of the latest verdicts" in text
 
 
 def test_a_broker_that_never_answers_is_reported_within_the_timeout(

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from hsi_dagster.cli.report import build_report
+from hsi_dagster.core.verdict.assessment import assess, verdict_fields
+from hsi_dagster.core.verdict.evidence import Floor
+from hsi_dagster.core.verdict.trust import MEASURED, Trust, default_trust
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.pipeline_tables import save_assessment
 
@@ -179,15 +183,52 @@ def test_the_report_says_who_decided_each_verdict(db: Path) -> None:
     assert "evidence floor: decided 2 of 2 verdicts (raised above the model's score)" in report
 
 
-def test_the_report_says_when_the_evidence_capped_the_models_score(db: Path) -> None:
-    """core/verdict/final.py caps the model's score at the floor's level band: 93 over no evidence is stored as 29."""
+CROWBAR_REPLY = json.dumps(
+    {
+        "risk_score": 92,
+        "risk_level": "critical",
+        "summary": "Masked man prying the front door open with a crowbar in daylight.",
+        "reasoning": "Forced entry.",
+    }
+)
+
+
+def store_crowbar(conn, trust: Trust) -> None:
+    """The issue's reply (92, a crowbar at the front door, no rule firing) stored as the asset stores it."""
+    fields, _ = verdict_fields(assess([], lambda _: _Reply(CROWBAR_REPLY)), Floor(0, "low", (), ()), trust)
+    save_assessment(conn, {"batch_id": "b_fd2", "camera_id": "front_door", **fields})
+
+
+class _Reply:
+    def __init__(self, content: str) -> None:
+        self.content = content
+
+
+def test_the_report_says_what_the_model_said_and_which_trust_capped_it(db: Path) -> None:
+    """Trust 0 (measured): the crowbar reply is stored low 29, and the report says the model said critical and why
+    that was not trusted; at trust 3 it is stored critical and there is nothing to say."""
+    measured = Trust(0, MEASURED, "measured trust 0", "qwen|1|plain|full")
     with connect(db) as conn:
-        save_assessment(
-            conn,
-            {"batch_id": "b_fd2", "camera_id": "front_door", "status": "ok", "risk_score": 29, "risk_level": "low",
-             "summary": "a person in a park", "model_score": 93, "floor_score": 0, "floor_reasons": [],
-             "decided_by": "floor"},
-        )  # fmt: skip
+        store_crowbar(conn, measured)
         report = build_report(conn, ALL_IDS)
-    assert "decided by evidence cap 29 < model 93 (floor 0: no rule raises the level)" in report
-    assert "floor 0 > model 93" not in report
+    assert "[     low  29] Masked man prying the front door" in report
+    assert "decided by trust cap 29 < model 92 (floor 0, measured trust 0)" in report
+    assert "model said critical; not trusted for this model: measured trust 0" in report
+    assert "model said more than its trust allowed: 1 verdicts" in report
+    assert "WARNING unmeasured" not in report
+    with connect(db) as conn:
+        store_crowbar(conn, Trust(3, MEASURED, "measured trust 3", "qwen|1|plain|full"))
+        report = build_report(conn, ALL_IDS)
+    assert "[critical  92] Masked man prying" in report and "not trusted" not in report
+
+
+def test_the_report_warns_when_the_trust_was_not_measured(db: Path) -> None:
+    with connect(db) as conn:
+        store_crowbar(conn, default_trust("the server that answered (http://gpu:8080) did not report its model"))
+        report = build_report(conn, ALL_IDS)
+    assert "[    high  84] Masked man prying" in report  # the stated default 2: an alert, not critical
+    assert "model said critical; not trusted for this model: the server that answered" in report
+    assert (
+        "WARNING unmeasured model trust: the server that answered (http://gpu:8080) did not report its model: "
+        "stated default trust 2 (run `hsi eval`)"
+    ) in report

@@ -14,6 +14,7 @@ from hsi_dagster.assets.checks import (
     prompt_fits_budget,
     server_prompt_tokens_within_budget,
     stored_assessment_valid,
+    stored_level_matches_its_text,
 )
 from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.prompt.budget import fit_to_budget
@@ -53,10 +54,19 @@ TRIES_DOORS = Floor(60, "high", ("probing: action.label 'trying door handles'",)
 WEAPON = Floor(90, "critical", ("weapon: detections.label 'knife' on 2 detections -> 90 critical",), ())
 
 
-def stored_row(reply: dict | str, floor: Floor = TRIES_DOORS, schema: str = "plain", **columns) -> dict:
+QUIET = Floor(0, "low", (), ())
+CROWBAR = {
+    "risk_score": 92,
+    "risk_level": "critical",
+    "summary": "Masked man prying the front door open with a crowbar in daylight.",
+    "reasoning": "Forced entry in progress.",
+}
+
+
+def stored_row(reply: dict | str, floor: Floor = TRIES_DOORS, schema: str = "plain", trust: int = 0, **columns) -> dict:
     """A risk_assessments row as it reads back from DuckDB (the JSON columns as text)."""
     content = reply if isinstance(reply, str) else json.dumps(reply)
-    fields, _ = verdict_fields(assess([], lambda _: Reply(content), schema), floor)
+    fields, _ = verdict_fields(assess([], lambda _: Reply(content), schema), floor, trust)
     row = {**fields, "prompt_tokens": 900, "context_budget": 3_300}
     for column in ("assessment", "floor_reasons", "floor_ignored"):
         if row.get(column) is not None:
@@ -90,10 +100,15 @@ def test_stored_assessment_valid_passes_on_a_parsed_reply():
         ({"assessment": json.dumps({**REPLY, "risk_score": 150})}, "150 is greater than the maximum of 100"),
         ({"assessment": json.dumps({**REPLY, "mood": "tense"})}, "Additional properties are not allowed"),
         ({"assessment": '{"risk_score": 72'}, "not JSON"),
-        ({"risk_score": 40}, "risk_score 40 is not the verdict of model 72 (capped at 84) and floor 60 = 72"),
+        ({"risk_score": 40}, "risk_score 40 is not the verdict of model 72 (trust 0: capped at 84) and floor 60 = 72"),
         ({"risk_level": "low"}, "risk_level 'low' is not the band of score 72"),
         ({"model_score": 10}, "model_score: column 10 but the stored reply gives 72"),
-        ({"floor_score": 90}, "risk_score 72 is not the verdict of model 72 (capped at 100) and floor 90 = 90"),
+        (
+            {"floor_score": 90},
+            "risk_score 72 is not the verdict of model 72 (trust 0: capped at 100) and floor 90 = 90",
+        ),
+        ({"model_trust": 7}, "model_trust 7 is not a trust 0-3"),
+        ({"model_level": "low"}, "model_level 'low' is not the band of the model's score 72"),
         ({"summary": None}, "summary: column None"),
         ({"status": "llm_rejected"}, "not a stored assessment"),
     ],
@@ -149,3 +164,51 @@ def test_server_prompt_tokens_within_budget_fails_when_the_server_counted_more()
     over = server_prompt_tokens_within_budget(stored_row(REPLY, prompt_tokens=3_301))
     assert not over.passed and over.metadata["server_prompt_tokens"].value == 3_301
     assert not server_prompt_tokens_within_budget(stored_row(REPLY, prompt_tokens=None)).passed
+
+
+@pytest.mark.parametrize("trust, score", [(0, 29), (1, 59), (3, 92)])
+def test_stored_assessment_valid_recomputes_the_verdict_within_the_trust_the_row_says_applied(trust, score):
+    row = stored_row(CROWBAR, QUIET, trust=trust)
+    assert row["risk_score"] == score and stored_assessment_valid(row).passed
+    lied = stored_assessment_valid({**row, "model_trust": 3 if trust != 3 else 0})  # a trust the score did not get
+    assert not lied.passed and "is not the verdict of model 92" in lied.metadata["problems"].value
+
+
+def test_the_text_check_warns_on_a_forced_entry_summary_stored_low_and_shows_what_the_model_said():
+    """The issue's row: a crowbar at the front door, no rule firing, trust 0: stored low. Flagged, with the note."""
+    row = stored_row(CROWBAR, QUIET, trust=0)
+    assert row["risk_level"] == "low" and stored_assessment_valid(row).passed  # consistent arithmetic...
+    result = stored_level_matches_its_text(row)  # ...but the row contradicts its own text
+    assert not result.passed and result.severity == dg.AssetCheckSeverity.WARN
+    assert result.metadata["described"].value == "forced entry"
+    assert result.metadata["model_note"].value == "model said critical; not trusted for this model: trust 0"
+    assert stored_level_matches_its_text(stored_row(CROWBAR, QUIET, trust=3)).passed  # stored critical: agrees
+
+
+@pytest.mark.parametrize(
+    "summary, described",
+    [
+        ("A man with a knife at the gate.", "weapon"),
+        ("Two people fighting on the driveway.", "violence"),
+        ("Someone smashing the car window.", "forced entry"),
+    ],
+)
+def test_the_text_check_reads_weapons_violence_and_forcing_whoever_set_the_level(summary, described):
+    # A floor_only-like inconsistency injected into the stored row: the check reads the text, not the scores.
+    row = {**stored_row(REPLY, QUIET), "summary": summary, "risk_level": "low", "risk_score": 20}
+    result = stored_level_matches_its_text(row)
+    assert not result.passed and described in result.metadata["described"].value
+    assert stored_level_matches_its_text({**row, "risk_level": "high"}).passed
+
+
+def test_the_text_check_passes_on_harmless_or_negated_text_and_reads_the_rubric_answers():
+    calm = {**REPLY, "risk_score": 8, "risk_level": "low", "summary": "A courier leaves a parcel; no weapon seen."}
+    calm["reasoning"] = "No signs of forced entry."
+    assert stored_level_matches_its_text(stored_row(calm, QUIET)).passed
+    answers = {k: k == "violence" for k in RUBRIC_KEYS}
+    rubric = {"observations": ["two people"], "rubric": answers, **calm}
+    row = stored_row(rubric, QUIET, schema="rubric", trust=0)  # the code's score says critical; trust 0 stores low
+    assert row["risk_level"] == "low"
+    result = stored_level_matches_its_text(row)
+    assert not result.passed and "rubric violence: yes" in result.metadata["described"].value
+    assert stored_level_matches_its_text(None).passed  # no row: nothing to contradict

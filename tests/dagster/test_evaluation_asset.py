@@ -23,7 +23,10 @@ SCENARIOS = ["s059"]  # adversarial_harmless: expected high; the caption says th
 
 
 def _resources(db: str, url: str) -> dict:
-    settings = load_settings(os.devnull, **SERVER_SETTINGS, NEMOTRON_MAX_OUTPUT_TOKENS=768, LLAMA_SERVER_URL=url)
+    # MODEL_TRUST=0: the with-floor verdict stays in the floor's level band whatever SmolLM2 says (its noise)
+    settings = load_settings(
+        os.devnull, **SERVER_SETTINGS, NEMOTRON_MAX_OUTPUT_TOKENS=768, LLAMA_SERVER_URL=url, MODEL_TRUST=0
+    )
     return {
         "duckdb": HsiDuckDBResource(database=db),
         "llm": LlamaServerResource(
@@ -73,6 +76,11 @@ def test_two_configurations_store_figures_kappa_and_report(llama_server: Running
         (alone,) = load_results(conn, "floor.full")
     assert floored[0].risk_score == max(floored[0].model_score or 0, alone.risk_score or 0)
     assert alone.risk_level == "high" and alone.llm_calls == 0 and floored[0].predicted == "high"
+    # s059 is a tune scenario: the trust sweep has no holdout scenario, so nothing is stored, and it says so
+    full = reports["full"]
+    assert full["trust_applied"].value == "0 (MODEL_TRUST=0)" and full["trust_recommended"].value == "none"
+    assert full["trust_stored"].value.startswith("not stored: no harmless holdout scenario")
+    assert "| trust | recall (high+critical) |" in full["trust_sweep"].value
 
     full = reports["full"]
     assert full["scenarios"].value == 1

@@ -25,6 +25,12 @@ ALWAYS_SET = [column for column in ASSESSMENT_COLUMNS if column not in MAYBE_EMP
 LEVELS = {"low": range(0, 30), "medium": range(30, 60), "high": range(60, 85), "critical": range(85, 101)}
 
 
+def load_trust_columns(db: str, batch_id: str) -> dict:
+    columns = ("model_trust", "trust_source", "trust_reason", "model_fingerprint", "model_level")
+    (values,) = rows(db, f"SELECT {', '.join(columns)} FROM risk_assessments WHERE batch_id = ?", [batch_id])
+    return dict(zip(columns, values, strict=True))
+
+
 def rows(db: str, sql: str, params=()):
     with duckdb.connect(db, read_only=True) as conn:
         return conn.execute(sql, list(params)).fetchall()
@@ -60,6 +66,7 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
                 "stored_assessment_valid",
                 "model_level_matches_score",  # a warning: SmolLM2-135M may contradict its own score
                 "prompt_within_budget",
+                "stored_level_matches_its_text",  # a warning: a summary of forcing, a weapon or violence stored low
             }
             assert checks["prompt_fits_budget"] and checks["stored_assessment_valid"] and checks["prompt_within_budget"]
         assert sensor_tick(batch_window_sensor, instance, res, tick.cursor).run_requests == []
@@ -72,6 +79,11 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
             for column in ALWAYS_SET:
                 assert record[column] is not None, column
             assert record["prompt_tokens"] <= record["context_budget"]
+            # the trust that applied (migration 11): the session's SmolLM2 is unmeasured in a fresh database
+            model_row = load_trust_columns(db, record["batch_id"])
+            assert model_row["trust_source"] == "default" and model_row["model_trust"] == 2
+            assert model_row["model_fingerprint"].startswith(record["model"] + "|")
+            assert model_row["trust_reason"].startswith("no measured trust for " + model_row["model_fingerprint"])
             if record["status"] == "ok":
                 assert record["risk_score"] in LEVELS[record["risk_level"]]
                 assert record["summary"] and record["reasoning"]

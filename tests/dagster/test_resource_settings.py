@@ -33,6 +33,7 @@ CHANGED = {
     "EVIDENCE_WEAPON_LABELS": "knife,axe",
     "EVIDENCE_LOITER_SECONDS": 45.0,
     "FRIGATE_WRITEBACK": "both",
+    "MODEL_TRUST": "1",
 }
 
 

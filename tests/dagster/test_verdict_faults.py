@@ -55,7 +55,7 @@ def test_a_looping_model_is_bounded_repaired_once_and_the_floor_still_decides(fa
     )
     outcome = assess_on_server(llm, MESSAGES, 1536, "rubric")
     assert outcome.repaired and outcome.ok
-    fields, verdict = verdict_fields(outcome, PROBING)
+    fields, verdict = verdict_fields(outcome, PROBING, 0)
     assert fields["summary"].count("car window") == 1 and fields["summary"].endswith("…")
     assert len(fields["summary"]) <= SUMMARY_MAX and "repeats itself" in fields["error"]
     assert (fields["status"], fields["risk_level"], fields["model_score"], verdict.decided_by) == (

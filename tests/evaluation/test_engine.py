@@ -48,7 +48,7 @@ def test_one_reply_three_results(category: str, model_score: int) -> None:
         calls.append(messages)
         return assess(messages, lambda chat: _reply(model_score))
 
-    model, with_floor, alone = run_prepared(prepared, configuration, assess_call)
+    model, with_floor, alone = run_prepared(prepared, configuration, assess_call, trust=0)
     assert len(calls) == 1  # the floor is code: one model call for the three
     assert [model.configuration, with_floor.configuration, alone.configuration] == [
         "full",
@@ -102,7 +102,7 @@ def test_rubric_pass_scores_from_the_answers_and_sends_the_rubric_prompt() -> No
     system = prepared.messages[0]["content"] if prepared.messages else ""
     assert "rubric" in system  # the rubric schema's own instructions, as production sends them
     model, with_floor, alone = run_prepared(
-        prepared, configuration, lambda messages: assess(messages, lambda chat: reply, "rubric")
+        prepared, configuration, lambda messages: assess(messages, lambda chat: reply, "rubric"), trust=0
     )
     assert model.model_score is not None and model.model_score != 8  # the rubric score, not the number written
     assert alone.risk_level == "high"  # a stranger on the patio at 3 am

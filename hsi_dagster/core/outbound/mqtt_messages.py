@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from hsi_dagster.core.prompt.risk_schema import RISK_LEVELS
+from hsi_dagster.core.verdict.trust import untrusted_note
 
 THREAT_LEVELS = frozenset({"high", "critical"})
 HA_STATE_MAX_CHARS = 255  # Home Assistant rejects a longer state (the entity would turn "unknown")
@@ -163,10 +164,19 @@ class StoredVerdict:
     assessed_at: datetime
     floor_score: int | None = None
     model_score: int | None = None
+    model_level: str | None = None  # the level of the model's own score (core/verdict/trust.py)
+    model_trust: int | None = None  # the trust that applied to it
+    trust_reason: str | None = None  # why that trust
 
     @property
     def is_threat(self) -> bool:
         return self.risk_level in THREAT_LEVELS
+
+    @property
+    def model_note(self) -> str | None:
+        """ "model said critical; not trusted for this model: measured trust 0" when the model wanted more than is
+        stored: Home Assistant and the phone show it beside the level, never a silent "low"."""
+        return untrusted_note(self.model_level, self.risk_level, self.trust_reason)
 
 
 @dataclass(frozen=True)
@@ -214,6 +224,9 @@ def state_payload(verdict: StoredVerdict) -> dict[str, Any]:
         "reasons": list(verdict.reasons),
         "floor_score": verdict.floor_score,
         "model_score": verdict.model_score,
+        "model_level": verdict.model_level,
+        "model_trust": verdict.model_trust,
+        "model_note": clean_text(verdict.model_note, HA_STATE_MAX_CHARS) if verdict.model_note else None,
         "batch_id": clean_text(verdict.batch_id, 200),
         "window_start": _iso(verdict.window_start),
         "assessed_at": _iso(verdict.assessed_at),

@@ -6,8 +6,10 @@ cached prefix) plus the bad reply and what was wrong with it. If that fails too,
 `invalid_output` with the last reply: a model that cannot answer twice will not answer a third time, and the run must
 not hang on it. Errors of the call itself (server down, prompt rejected) are the caller's: they propagate unchanged.
 
-`verdict_fields` then joins the model's outcome with the evidence floor (core/verdict/final.py): the row's risk_score
-and risk_level are the verdict's (max of the model's score and the floor), the model's own figures stay beside them.
+`verdict_fields` then joins the model's outcome with the evidence floor and the answering model's trust
+(core/verdict/final.py, core/verdict/trust.py): the row's risk_score and risk_level are the verdict's (max of the
+model's score and the floor, within the trust), the model's own figures, its level and the trust that applied stay
+beside them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from hsi_dagster.core.prompt.risk_schema import PLAIN, SUMMARY_MAX, ParsedAssessment, parse_assessment, repair_messages
 from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.core.verdict.final import FLOOR_ONLY, INVALID_OUTPUT, OK, Verdict, final_verdict
+from hsi_dagster.core.verdict.trust import Trust
 
 __all__ = ["FLOOR_ONLY", "INVALID_OUTPUT", "OK", "AssessmentOutcome", "assess", "verdict_fields"]
 
@@ -91,13 +94,13 @@ def floor_summary(verdict: Verdict) -> str:
     return text if len(text) <= SUMMARY_MAX else text[: SUMMARY_MAX - 1] + "…"
 
 
-def verdict_fields(outcome: AssessmentOutcome, floor: Floor) -> tuple[dict[str, Any], Verdict]:
-    """The risk_assessments columns of the outcome joined with the floor: the stored score and level are the
-    verdict's; the model's reply, its level and its score stay beside them. A model that gave no usable reply but
-    whose batch's floor stands alone (core/verdict/final.py) is stored as `floor_only` with the floor's reasons as the
-    summary and reasoning; the model's failure stays in `error` and `raw_output`."""
+def verdict_fields(outcome: AssessmentOutcome, floor: Floor, trust: Trust | int) -> tuple[dict[str, Any], Verdict]:
+    """The risk_assessments columns of the outcome joined with the floor and the trust: the stored score and level
+    are the verdict's; the model's reply, its level, its score and the trust that applied stay beside them. A model
+    that gave no usable reply but whose batch's floor stands alone (core/verdict/final.py) is stored as `floor_only`
+    with the floor's reasons as the summary and reasoning; the model's failure stays in `error` and `raw_output`."""
     fields = outcome.fields()
-    verdict = final_verdict(outcome.model_score, floor)
+    verdict = final_verdict(outcome.model_score, floor, trust)
     fields |= verdict.columns()
     fields["status"] = verdict.status
     if verdict.status == FLOOR_ONLY:

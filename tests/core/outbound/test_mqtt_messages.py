@@ -31,6 +31,7 @@ from hsi_dagster.core.outbound.mqtt_messages import (
     plan_camera,
     reasons_from,
     state_payload,
+    verdict_event_payload,
 )
 
 T0 = datetime(2026, 12, 4, 3, 0, tzinfo=UTC)
@@ -82,6 +83,21 @@ def test_state_payload_carries_what_the_entities_read() -> None:
     assert state_payload(verdict("b2", 59, 0, "medium"))["threat"] == "OFF"
     long = StoredVerdict("b", "yard", "low", 1, "z" * 5000, (), None, T0)
     assert len(state_payload(long)["summary"]) == HA_STATE_MAX_CHARS
+
+
+def test_the_state_and_the_phone_say_what_the_model_said_when_its_trust_held_the_level_down() -> None:
+    held = verdict("b3", 29, 0, "low", model_score=92, model_level="critical", model_trust=0)
+    held = StoredVerdict(**{**held.__dict__, "trust_reason": "measured trust 0"})
+    state, event = state_payload(held), verdict_event_payload(held)
+    assert (state["level"], state["model_level"], state["model_trust"]) == ("low", "critical", 0)
+    assert (
+        state["model_note"]
+        == event["model_note"]
+        == ("model said critical; not trusted for this model: measured trust 0")
+    )
+    trusted = verdict("b4", 92, 0, "critical", model_score=92, model_level="critical", model_trust=3)
+    assert state_payload(trusted)["model_note"] is None  # stored as the model said: nothing to flag
+    assert state_payload(verdict("b5", 20, 0, "low"))["model_note"] is None  # rows before migration 11
 
 
 def test_reasons_are_read_leniently() -> None:

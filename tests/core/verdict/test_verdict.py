@@ -1,4 +1,5 @@
-"""The stored verdict: max(model score, floor), who decided, the floor_only case, and evidence alerts only raise."""
+"""The stored verdict: max(model score, floor) within the model's trust, who decided, the floor_only case, and
+evidence alerts only raise."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class Reply:
 
 
 def _judged(content: str, floor: Floor) -> tuple[dict, object]:
-    return verdict_fields(assess([], lambda _: Reply(content)), floor)
+    return verdict_fields(assess([], lambda _: Reply(content)), floor, 0)
 
 
 @pytest.mark.parametrize(
@@ -57,27 +58,30 @@ def _judged(content: str, floor: Floor) -> tuple[dict, object]:
     ],
 )
 def test_the_stored_score_is_the_higher_and_the_level_its_band(model, floor, score, level, decided_by):
-    verdict = final_verdict(model, floor)
+    verdict = final_verdict(model, floor, 0)  # every case within the floor's band: the same at any trust
     assert (verdict.score, verdict.level, verdict.decided_by, verdict.status) == (score, level, decided_by, OK)
     assert verdict.model_score == model and verdict.floor_score == floor.score
     assert verdict.floor_reasons == floor.reasons
 
 
 @pytest.mark.parametrize(
-    "model, floor, raise_levels, score, level, decided_by",
+    "model, floor, trust, score, level, decided_by",
     [
         (93, Floor(70, "high", ("x",), ()), 0, 84, "high", FLOOR),  # the demo's garage pair: 93 and 8 -> both high
         (8, Floor(70, "high", ("x",), ()), 0, 70, "high", FLOOR),
         (75, Floor(70, "high", ("x",), ()), 0, 75, "high", MODEL),  # within the evidence's band the model places it
-        (93, QUIET, 0, 29, "low", FLOOR),  # no structured evidence: the model cannot make it an alert
+        (93, QUIET, 0, 29, "low", FLOOR),  # trust 0, no structured evidence: the model cannot make it an alert
         (93, QUIET, 1, 59, "medium", FLOOR),  # one level allowed: medium at most
         (93, LOITER, 1, 84, "high", FLOOR),
+        (93, QUIET, 2, 84, "high", FLOOR),  # trust 2 (the unmeasured default): an alert, not critical
+        (93, QUIET, 3, 93, "critical", MODEL),  # trust 3: the model alerts on its own
+        (8, CROWBAR, 3, 90, "critical", FLOOR),  # no trust lowers the floor
     ],
 )
-def test_the_model_takes_a_verdict_at_most_raise_levels_above_the_evidence(
-    model, floor, raise_levels, score, level, decided_by
+def test_the_model_takes_a_verdict_at_most_trust_levels_above_the_evidence(
+    model, floor, trust, score, level, decided_by
 ):
-    verdict = final_verdict(model, floor, raise_levels)
+    verdict = final_verdict(model, floor, trust)
     assert (verdict.score, verdict.level, verdict.decided_by, verdict.model_score) == (
         score,
         level,
@@ -86,13 +90,16 @@ def test_the_model_takes_a_verdict_at_most_raise_levels_above_the_evidence(
     )
 
 
-def test_no_model_output_is_the_floors_verdict_from_medium_on_and_no_verdict_below():
-    assert final_verdict(None, CROWBAR).status == FLOOR_ONLY and final_verdict(None, CROWBAR).score == 90
-    assert final_verdict(None, LOITER).status == FLOOR_ONLY
-    assert final_verdict(None, Floor(29, "low", ("x",), ())).status == INVALID_OUTPUT
-    assert not final_verdict(None, QUIET).stands and "risk_score" not in final_verdict(None, QUIET).columns()
+@pytest.mark.parametrize("trust", [0, 3])
+def test_no_model_output_is_the_floors_verdict_from_medium_on_and_no_verdict_below(trust):
+    """A reply without a usable level never raises anything, at any trust."""
+    assert final_verdict(None, CROWBAR, trust).status == FLOOR_ONLY and final_verdict(None, CROWBAR, trust).score == 90
+    assert final_verdict(None, LOITER, trust).status == FLOOR_ONLY and final_verdict(None, LOITER, trust).score == 45
+    assert final_verdict(None, Floor(29, "low", ("x",), ()), trust).status == INVALID_OUTPUT
+    quiet = final_verdict(None, QUIET, trust)
+    assert not quiet.stands and "risk_score" not in quiet.columns() and quiet.note is None
     with pytest.raises(ValueError, match="model_score"):
-        final_verdict(101, QUIET)
+        final_verdict(101, QUIET, trust)
 
 
 def test_verdict_fields_keep_the_models_figures_beside_the_verdict():
@@ -126,8 +133,8 @@ def test_an_evidence_alert_already_sent_raises_the_batch_floor_and_never_lowers_
     assert raised_by_evidence_alerts(CROWBAR, []) == CROWBAR
 
 
-def test_the_explanation_says_when_the_evidence_capped_the_model():
-    assert final_verdict(93, QUIET).explanation() == (
-        "evidence cap 29 (model said 93; evidence floor 0 allows no higher level)"
+def test_the_explanation_says_when_the_trust_capped_the_model():
+    assert final_verdict(93, QUIET, 0).explanation() == (
+        "trust cap 29 (model said 93; evidence floor 0 + trust 0 allow no higher level)"
     )
-    assert final_verdict(8, CROWBAR).explanation().startswith("evidence floor 90 (model said 8): forcing")
+    assert final_verdict(8, CROWBAR, 0).explanation().startswith("evidence floor 90 (model said 8): forcing")
