@@ -235,6 +235,10 @@ class _Det:
     def group(self) -> str:
         return f"t:{self.track_id}" if self.track_id else f"d:{self.id}"
 
+    @property
+    def detection_id(self) -> str:  # DetectionItem's name for it (the item is read from these attributes)
+        return self.id
+
 
 class _GroupAcc:
     """Accumulates GroupRef fields over the detections of one group."""
@@ -310,20 +314,7 @@ def _summarise_detections(batch: BatchInfo, dets: list[_Det], tz: ZoneInfo, ligh
         time_of_day=time_of_day,
         lighting=lighting,
         is_dark=lighting == "night" or (lighting is None and time_of_day == "night"),
-        items=[
-            DetectionItem(
-                detection_id=d.id,
-                ts=d.ts,
-                label=d.label,
-                confidence=d.confidence,
-                zone=d.zone,
-                zones=d.zones,
-                track_id=d.track_id,
-                is_late=d.is_late,
-                fast_path=d.fast_path,
-            )
-            for d in dets
-        ],
+        items=[DetectionItem.model_validate(d, from_attributes=True) for d in dets],
     )
 
 
