@@ -47,3 +47,48 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
         return
+
+
+class InFlight:
+    """Requests being answered right now (`now`) and the most at once (`most`), counted from the handler threads of
+    the fake llama-server and the counting proxy."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._now = 0
+        self._most = 0
+
+    @property
+    def now(self) -> int:
+        with self._lock:
+            return self._now
+
+    @property
+    def most(self) -> int:
+        with self._lock:
+            return self._most
+
+    def enter(self) -> None:
+        with self._lock:
+            self._now += 1
+            self._most = max(self._most, self._now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self._now -= 1
+
+
+class CountsInFlight:
+    """`in_flight` and `max_in_flight` of a fake server or proxy that counts its requests in `self._flight`."""
+
+    _flight: InFlight
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered right now."""
+        return self._flight.now
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests answered at once."""
+        return self._flight.most
