@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, camera_profile_text
-from hsi_dagster.core.context.enrichment import EnrichedContext, build_context
+from hsi_dagster.core.context.context_models import EnrichedContext
+from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.budget import BudgetedPrompt, fit_to_budget, prompt_floor
 from hsi_dagster.core.prompt.messages import build_sections, static_prompt

@@ -20,7 +20,7 @@ from hsi_dagster.assets.checks import (
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.messages import schema_of_messages
 from hsi_dagster.core.prompt.risk_schema import PLAIN

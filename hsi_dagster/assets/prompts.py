@@ -7,7 +7,7 @@ import dagster as dg
 from hsi_dagster.assets.checks import PROMPT_FITS, prompt_fits_budget
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.prompt.budget import PromptTooLarge
 from hsi_dagster.core.verdict.alerts import PROMPT_TOO_LARGE
 from hsi_dagster.partitions import batch_partitions

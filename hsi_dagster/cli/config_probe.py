@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
-from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts, HistoryInputs, HistoryRules, history_facts, profile_timezone
 from hsi_dagster.core.intake.batching import DetectionRef, make_batch_id
 from hsi_dagster.settings import HsiSettings

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import dagster as dg
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
-from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
 from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json

@@ -1,9 +1,9 @@
 """The one MQTT client set-up (paho-mqtt): client id, MQTT v5, credentials, TLS and the last will.
 
-Both MQTT users build their client here: the Frigate listener (`hsi frigate listen`, cli/frigate.py) and the verdict
-publisher (resources/mqtt.py). It lives in resources/ because that is the lowest layer both may import (cli/ sits
-above resources/ in tests/test_layout.py's LAYERS); it holds no Dagster code. What differs between them (manual
-acknowledgements, the in-flight limit, the reconnect delays, the session) stays with each caller.
+Both MQTT users build their client here: the Frigate listener (`hsi frigate listen`, cli/frigate_listen.py) and
+the verdict publisher (resources/mqtt.py). It lives in resources/ because that is the lowest layer both may import
+(cli/ sits above resources/ in tests/test_layout.py's LAYERS); it holds no Dagster code. What differs between them
+(manual acknowledgements, the in-flight limit, the reconnect delays, the session) stays with each caller.
 """
 
 from __future__ import annotations

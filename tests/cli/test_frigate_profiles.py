@@ -10,6 +10,7 @@ import pytest
 
 from hsi_dagster.cli.main import main
 from hsi_dagster.core.context.camera_profiles import parse_camera_profiles
+from tests.support.loopback import JsonHandler, serve_on_loopback
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "frigate" / "frigate.yml"
 
@@ -76,37 +77,20 @@ def test_config_check_says_when_frigates_config_cannot_be_read(tmp_path, capsys)
 def test_profiles_from_frigate_url_api_config_never_print_its_credentials(capsys, monkeypatch):
     """FRIGATE_URL/api/config (a small HTTP server standing in for Frigate); the header names it without the
     user name and password the URL carries."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     import yaml
 
-    config = json.dumps(yaml.safe_load(RECORDED.read_text(encoding="utf-8"))).encode()
+    config = yaml.safe_load(RECORDED.read_text(encoding="utf-8"))
     paths: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_GET(self):  # noqa: N802 (http.server API)
             paths.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(config)))
-            self.end_headers()
-            self.wfile.write(config)
+            self.send_json(200, config)
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        monkeypatch.setenv("FRIGATE_URL", f"http://viewer:s3cret@127.0.0.1:{server.server_address[1]}")
+    with serve_on_loopback(Handler) as url:
+        monkeypatch.setenv("FRIGATE_URL", url.replace("http://", "http://viewer:s3cret@"))
         assert main(["frigate", "profiles"]) == 0
-    finally:
-        server.shutdown()
-        server.server_close()
     text = capsys.readouterr().out
     assert paths == ["/api/config"]
-    assert f"from http://127.0.0.1:{server.server_address[1]}/api/config" in text and "s3cret" not in text
+    assert f"from {url}/api/config" in text and "s3cret" not in text
     assert set(parse_camera_profiles(text, source="api")) == {"front_door", "driveway", "backyard"}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hsi_dagster.cli.llm_sweep import CandidateRun, markdown, recommend, with_ratios
 from hsi_dagster.cli.main import main
+from hsi_dagster.cli.sweep_report import CandidateRun, markdown, recommend, with_ratios
 
 llm = pytest.mark.llm
 

@@ -9,7 +9,6 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from hsi_dagster.sensors import frigate_writeback_sensor
 from hsi_dagster.sensors.frigate_writeback import write_back_pending
 from hsi_dagster.settings import load_settings
 from hsi_dagster.storage.db import connect
-from tests.support.fake_frigate import serve_on_loopback
+from tests.support.loopback import JsonHandler, serve_on_loopback
 from tests.support.mosquitto import free_port
 from tests.support.verdicts import database, save_verdict
 
@@ -38,15 +37,7 @@ class RecordingFrigate:
 
 @contextmanager
 def serve(fake: RecordingFrigate) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def _handle(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else {}
@@ -54,26 +45,23 @@ def serve(fake: RecordingFrigate) -> Iterator[str]:
             parts = self.path.strip("/").split("/")  # api, events, <id>[, description|sub_label]
             event_id = parts[2] if len(parts) >= 3 else ""
             if event_id in fake.fail:
-                return self._answer(fake.fail[event_id], {"success": False, "message": "injected"})
+                return self.send_json(fake.fail[event_id], {"success": False, "message": "injected"})
             event = fake.events.get(event_id)
             if event is None:
-                return self._answer(404, {"success": False, "message": f"Event {event_id} not found"})
+                return self.send_json(404, {"success": False, "message": f"Event {event_id} not found"})
             if method == "GET":
-                return self._answer(200, event)
+                return self.send_json(200, event)
             if parts[-1] == "description":
                 event.setdefault("data", {})["description"] = body["description"]
             elif parts[-1] == "sub_label":
                 event["sub_label"] = body["subLabel"]
-            return self._answer(200, {"success": True})
+            return self.send_json(200, {"success": True})
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             self._handle("GET")
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             self._handle("POST")
-
-        def log_message(self, *args: Any) -> None:
-            pass
 
     with serve_on_loopback(Handler) as url:
         yield url

@@ -11,7 +11,7 @@ from hsi_dagster.assets.baselines import camera_baselines
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
-from hsi_dagster.core.context.enrichment import EnrichedContext
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.jobs import batch_pipeline_job, partition_retention_job
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.db import connect

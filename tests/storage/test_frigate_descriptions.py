@@ -70,6 +70,16 @@ def load_events(db: Path) -> None:
     assert report.detections == 2 and report.unchanged == 1
 
 
+def recorded_batch(db: Path) -> tuple[str, datetime]:
+    """The events loaded and their one batch closed and recorded (not yet judged): its id and the time it closed at."""
+    load_events(db)
+    as_of = datetime.fromtimestamp(T + 60, UTC)
+    with connect(db) as conn:
+        [batch] = pending_windows(conn, BatchRules(), as_of).closed
+        record_batch(conn, batch.batch_id, BatchRules(), as_of)
+    return batch.batch_id, as_of
+
+
 def test_a_late_description_joins_its_tracks_open_batch_with_its_zones(tmp_path: Path) -> None:
     db = tmp_path / "hsi.duckdb"
     load_events(db)
@@ -90,44 +100,37 @@ def test_a_late_description_joins_its_tracks_open_batch_with_its_zones(tmp_path:
 
 def test_a_description_after_its_batch_was_judged_joins_it_and_asks_for_a_rejudgement(tmp_path: Path) -> None:
     db = tmp_path / "hsi.duckdb"
-    load_events(db)
-    as_of = datetime.fromtimestamp(T + 60, UTC)
+    batch_id, as_of = recorded_batch(db)
     with connect(db) as conn:
-        [batch] = pending_windows(conn, BatchRules(), as_of).closed
-        record_batch(conn, batch.batch_id, BatchRules(), as_of)
-        save_context(conn, batch.batch_id, "{}", "full", [])
-        save_assessment(conn, {"batch_id": batch.batch_id, "camera_id": "driveway", "status": "ok"})
+        save_context(conn, batch_id, "{}", "full", [])
+        save_assessment(conn, {"batch_id": batch_id, "camera_id": "driveway", "status": "ok"})
         assert unassessed_batches(conn) == {}
 
     report = load(db, [description()], 10)
     assert (report.detections, report.joined, report.rejudged) == (1, 1, 1)
     assert "1 late descriptions joined their batch (1 judged again)" in report.summary()
     with connect(db) as conn:
-        row, detections = load_batch(conn, batch.batch_id)
+        row, detections = load_batch(conn, batch_id)
         assert row["detection_count"] == 3 and row["has_late"] is True
         assert [d["detection_id"].split(":")[2] for d in detections] == ["new", "description", "update"]
         assert list(row["detection_ids"]) == [d["detection_id"] for d in detections]
-        assert list(unassessed_batches(conn)) == [batch.batch_id]  # the sensor and `hsi process` run it again
+        assert list(unassessed_batches(conn)) == [batch_id]  # the sensor and `hsi process` run it again
         assert pending_windows(conn, BatchRules(), as_of + timedelta(hours=1)).closed == []  # no batch of its own
 
     assert load(db, [description()], 20).joined == 0  # a redelivery changes nothing
 
     with connect(db) as conn:  # the batch's run: a new context, then a new assessment
-        save_context(conn, batch.batch_id, "{}", "full", [])
-        assert list(unassessed_batches(conn)) == [batch.batch_id]  # the context alone is not a verdict
-        save_assessment(conn, {"batch_id": batch.batch_id, "camera_id": "driveway", "status": "ok"})
+        save_context(conn, batch_id, "{}", "full", [])
+        assert list(unassessed_batches(conn)) == [batch_id]  # the context alone is not a verdict
+        save_assessment(conn, {"batch_id": batch_id, "camera_id": "driveway", "status": "ok"})
         assert unassessed_batches(conn) == {}
 
 
 def test_a_description_of_a_recorded_batch_not_yet_judged_joins_it_without_a_rejudgement(tmp_path: Path) -> None:
     db = tmp_path / "hsi.duckdb"
-    load_events(db)
-    as_of = datetime.fromtimestamp(T + 60, UTC)
-    with connect(db) as conn:
-        [batch] = pending_windows(conn, BatchRules(), as_of).closed
-        record_batch(conn, batch.batch_id, BatchRules(), as_of)
+    batch_id, _ = recorded_batch(db)
     report = load(db, [description()], 10)
     assert (report.joined, report.rejudged) == (1, 0)
     with connect(db) as conn:
-        assert load_batch(conn, batch.batch_id)[0]["detection_count"] == 3
-        assert list(unassessed_batches(conn)) == [batch.batch_id]  # judged for the first time, description included
+        assert load_batch(conn, batch_id)[0]["detection_count"] == 3
+        assert list(unassessed_batches(conn)) == [batch_id]  # judged for the first time, description included

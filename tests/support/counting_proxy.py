@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+from tests.support.loopback import CountsInFlight, InFlight
+
 COMPLETION_PATHS = frozenset({"/completion", "/completions", "/v1/completions", "/v1/chat/completions"})
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})
 
@@ -33,19 +35,18 @@ class Completion:
 
 
 @dataclass
-class CountingProxy:
+class CountingProxy(CountsInFlight):
     """`CountingProxy(target_url).start()`; `.url` to give the clients; `.max_in_flight` after the load."""
 
     target_url: str
     gated: bool = False
     gate_timeout: float = 300.0
     completions: list[Completion] = field(default_factory=list)
-    max_in_flight: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self.gate = threading.Event()
-        self._in_flight = 0
+        self._flight = InFlight()
         self._http = httpx.Client(base_url=self.target_url.rstrip("/"), timeout=httpx.Timeout(600.0, connect=5.0))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -55,22 +56,16 @@ class CountingProxy:
         assert self._server is not None, "start() first"
         return f"http://127.0.0.1:{self._server.server_port}"
 
-    @property
-    def in_flight(self) -> int:
-        with self._lock:
-            return self._in_flight
-
     def _enter(self, path: str) -> Completion:
+        self._flight.enter()
         with self._lock:
-            self._in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self._in_flight)
             record = Completion(path, time.monotonic())
             self.completions.append(record)
             return record
 
     def _leave(self, record: Completion, status: int) -> None:
+        self._flight.leave()
         with self._lock:
-            self._in_flight -= 1
             record.ended, record.status = time.monotonic(), status
 
     def overlaps(self) -> int:

@@ -25,12 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.support.loopback import serve_on_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("HSI_DOCKER_CACHE", "/var/cache/hsi-docker"))
@@ -174,17 +175,9 @@ def served_wheelhouse() -> Iterator[str]:
             pass
 
     handler = functools.partial(Quiet, directory=str(wheels.parent))
-    try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELHOUSE_PORT), handler)
-    except OSError:  # the port is taken (another build?): any free one; this build then misses the layer cache
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    # WHEELHOUSE_PORT, or when it is taken (another build?) any free one: this build then misses the layer cache
+    with serve_on_loopback(handler, WHEELHOUSE_PORT) as url:
+        yield f"{url}/simple/"
 
 
 def allow_list(dockerfile: Path) -> list[str]:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hsi_dagster.llm.slots import reset_server_cache
+from tests.support.loopback import CountsInFlight, InFlight
 
 LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -68,18 +69,17 @@ def _value_for(spec: dict) -> Any:
 
 
 @dataclass
-class FakeLlama:
+class FakeLlama(CountsInFlight):
     slot_context: int = 4096
     total_slots: int = 2
     ignore_schema: bool = False
     fixed_reply: dict = field(default_factory=lambda: {"status": "ok"})
     requests: list[Recorded] = field(default_factory=list)
-    max_in_flight: int = 0
 
     def __post_init__(self) -> None:
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
-        self._in_flight = 0
+        self._flight = InFlight()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()  # ends the stalls of streams still being answered
@@ -96,12 +96,6 @@ class FakeLlama:
 
     def loading_then_ready(self, times: int) -> None:
         self.script("/health", *[Reply(503, LOADING)] * times)
-
-    @property
-    def in_flight(self) -> int:
-        """Completions being answered right now."""
-        with self._lock:
-            return self._in_flight
 
     def count(self, path: str) -> int:
         with self._lock:
@@ -161,8 +155,7 @@ class FakeLlama:
         with self._lock:
             self.requests.append(Recorded(method, path, dict(handler.headers), body))
             if path == "/v1/chat/completions":
-                self._in_flight += 1
-                self.max_in_flight = max(self.max_in_flight, self._in_flight)
+                self._flight.enter()
             scripted = self._scripts[path].popleft() if self._scripts[path] else None
         try:
             reply = scripted or Reply()
@@ -188,8 +181,7 @@ class FakeLlama:
             pass
         finally:
             if path == "/v1/chat/completions":
-                with self._lock:
-                    self._in_flight -= 1
+                self._flight.leave()
 
     def _stream(self, handler: BaseHTTPRequestHandler, reply: dict, script: Reply) -> None:
         """`reply` (a whole completion) as llama-server streams it, chunked, with the faults `script` asks for."""

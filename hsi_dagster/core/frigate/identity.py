@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,20 +187,24 @@ def read_attributes(attributes: Any, current: Any, prefix: str, facts: Facts) ->
         facts.ignored.append(f"{prefix}current_attributes: must be a list, got {show_value(current)}")
 
 
-def read_facts(
-    label: str,
-    sub_label: Any,
-    plate: Any,
-    *,
-    prefix: str,
-    attributes: Any = None,
-    current_attributes: Any = None,
-    sub_label_score: Any = None,
-    plate_score: Any = None,
-) -> Facts:
-    """Everything a payload says about identity and attributes, never an exception."""
+# Frigate's identity fields, by the names it gives them, that each source carries (read_facts reads only those):
+# an MQTT event's `after` (scores inside the sub_label and plate pairs) and an API event's `data` (scores apart)
+MQTT_IDENTITY_FIELDS = frozenset({"sub_label", "recognized_license_plate", "attributes", "current_attributes"})
+API_IDENTITY_FIELDS = frozenset(
+    {"sub_label", "recognized_license_plate", "attributes", "sub_label_score", "recognized_license_plate_score"}
+)
+
+
+def read_facts(label: str, payload: Mapping[str, Any], fields: frozenset[str], *, prefix: str) -> Facts:
+    """Everything a payload says about identity and attributes (its `fields` of Frigate's identity fields), never
+    an exception."""
+
+    def get(name: str) -> Any:
+        return payload.get(name) if name in fields else None
+
     facts = Facts()
-    named = read_named(sub_label, f"{prefix}sub_label", facts)
+    named = read_named(get("sub_label"), f"{prefix}sub_label", facts)
+    sub_label_score = get("sub_label_score")
     if named is not None:
         score = named[1]
         if score is None and sub_label_score is not None:
@@ -209,13 +214,14 @@ def read_facts(
                     f"data.sub_label_score: not a score between 0 and 1, got {show_value(sub_label_score)}"
                 )
         facts.sub_label = classify_sub_label(label, named[0], score)
-    read_plate = read_named(plate, f"{prefix}recognized_license_plate", facts)
+    read_plate = read_named(get("recognized_license_plate"), f"{prefix}recognized_license_plate", facts)
+    plate_score = get("recognized_license_plate_score")
     if read_plate is not None:
         plate_text, score = read_plate
         if score is None and plate_score is not None:
             score = _unit(plate_score)
         facts.plate = (plate_text, score)
-    read_attributes(attributes, current_attributes, prefix, facts)
+    read_attributes(get("attributes"), get("current_attributes"), prefix, facts)
     return facts
 
 

@@ -74,6 +74,8 @@ from hsi_dagster.core.frigate.fields import (
     zone_text,
 )
 from hsi_dagster.core.frigate.identity import (
+    API_IDENTITY_FIELDS,
+    MQTT_IDENTITY_FIELDS,
     Facts,
     frigate_facts,
     identity_enrichment,
@@ -293,14 +295,7 @@ def _map_event(payload: Any, resolutions: Mapping[str, Resolution]) -> Outcome:
     bbox = read_pixel_box(after.get("box"), "after.box", resolution, camera)
     if not changes:
         return Skip(SKIP_UNCHANGED)
-    facts = read_facts(
-        label,
-        after.get("sub_label"),
-        after.get("recognized_license_plate"),
-        prefix="after.",
-        attributes=after.get("attributes"),
-        current_attributes=after.get("current_attributes"),
-    )
+    facts = read_facts(label, after, MQTT_IDENTITY_FIELDS, prefix="after.")
     enrichment = identity_enrichment(label, facts)
     frigate: dict[str, Any] = {"source": "mqtt", "type": kind, "changes": list(changes), "stationary": stationary}
     if zones:
@@ -484,15 +479,7 @@ def _map_api_event(item: Any) -> Outcome:
         raise PayloadError("data.top_score: required (the track's score), got neither data.top_score nor top_score")
     bbox = read_relative_box(data.get("box"), "data.box")
     zones = read_zones(event.get("zones"), "zones")
-    facts = read_facts(
-        label,
-        event.get("sub_label"),
-        data.get("recognized_license_plate"),
-        prefix="",
-        attributes=data.get("attributes"),
-        sub_label_score=data.get("sub_label_score"),
-        plate_score=data.get("recognized_license_plate_score"),
-    )
+    facts = read_facts(label, {**data, "sub_label": event.get("sub_label")}, API_IDENTITY_FIELDS, prefix="")
     enrichment = identity_enrichment(label, facts)
     description = data.get("description")
     if description is not None:

@@ -22,15 +22,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from hsi_dagster.core.context.enrichment import (
-    HIGH_VALUE_LABELS,
-    OBSERVATION_FIELDS,
-    EnrichedContext,
-    GroupRef,
-    Observation,
-    TrackSummary,
-    clean_text,
-)
+from hsi_dagster.core.context.context_models import EnrichedContext, GroupRef, Observation, TrackSummary
+from hsi_dagster.core.context.enrichment import HIGH_VALUE_LABELS, OBSERVATION_FIELDS, clean_text
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.context.sections import SECTION_KEYS, SECTION_TITLES
 from hsi_dagster.core.prompt.risk_schema import DEFAULT_ASSESSMENT_SCHEMA, PLAIN, RUBRIC, assessment_schema

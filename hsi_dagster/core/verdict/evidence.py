@@ -63,7 +63,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, normalise_plate, plate_problem
-from hsi_dagster.core.context.enrichment import EnrichedContext, NumberRange, Observation
+from hsi_dagster.core.context.context_models import EnrichedContext, NumberRange, Observation
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.risk_schema import level_for_score
 
@@ -121,6 +121,23 @@ def normalise_label(text: str) -> str:
     return " ".join(text.lower().replace("_", " ").split())
 
 
+# EvidenceRules field <- the setting that overrides it (EvidenceRules.from_settings); an unset list keeps the built-in
+_LIST_SETTINGS = (
+    ("weapon_labels", "EVIDENCE_WEAPON_LABELS"),
+    ("tool_labels", "EVIDENCE_TOOL_LABELS"),
+    ("forcing_actions", "EVIDENCE_HOSTILE_ACTIONS"),
+    ("probing_actions", "EVIDENCE_PROBING_ACTIONS"),
+)
+_VALUE_SETTINGS = (
+    ("violence_threshold", "EVIDENCE_VIOLENCE_THRESHOLD"),
+    ("violence_min_frames", "EVIDENCE_VIOLENCE_MIN_FRAMES"),
+    ("night_start_hour", "EVIDENCE_NIGHT_START_HOUR"),
+    ("night_end_hour", "EVIDENCE_NIGHT_END_HOUR"),
+    ("loiter_seconds", "EVIDENCE_LOITER_SECONDS"),
+    ("known_plates", "KNOWN_PLATES"),
+)
+
+
 @dataclass(frozen=True)
 class EvidenceRules:
     """The floor's vocabularies and thresholds (the EVIDENCE_* settings override some: `from_settings`)."""
@@ -147,18 +164,9 @@ class EvidenceRules:
         """The EVIDENCE_* settings (HsiSettings, read by name: core never imports settings); an unset list keeps
         the built-in one."""
         built_in = cls()
-        return cls(
-            weapon_labels=settings.EVIDENCE_WEAPON_LABELS or built_in.weapon_labels,
-            tool_labels=settings.EVIDENCE_TOOL_LABELS or built_in.tool_labels,
-            forcing_actions=settings.EVIDENCE_HOSTILE_ACTIONS or built_in.forcing_actions,
-            probing_actions=settings.EVIDENCE_PROBING_ACTIONS or built_in.probing_actions,
-            violence_threshold=settings.EVIDENCE_VIOLENCE_THRESHOLD,
-            violence_min_frames=settings.EVIDENCE_VIOLENCE_MIN_FRAMES,
-            night_start_hour=settings.EVIDENCE_NIGHT_START_HOUR,
-            night_end_hour=settings.EVIDENCE_NIGHT_END_HOUR,
-            loiter_seconds=settings.EVIDENCE_LOITER_SECONDS,
-            known_plates=settings.KNOWN_PLATES,
-        )
+        lists = {name: getattr(settings, setting) or getattr(built_in, name) for name, setting in _LIST_SETTINGS}
+        values = {name: getattr(settings, setting) for name, setting in _VALUE_SETTINGS}
+        return cls(**lists, **values)
 
     def __post_init__(self) -> None:
         for plate in self.known_plates:

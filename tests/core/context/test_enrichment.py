@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hsi_dagster.core.context.camera_profiles import CameraProfileError
+from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.enrichment import (
     ENRICHMENT_TYPES,
     QUALITY_LEVEL_TYPES,
-    EnrichedContext,
     build_context,
     content_tokens,
     is_repeat,

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hsi_dagster.core.context.camera_profiles import parse_camera_profiles
-from hsi_dagster.core.context.enrichment import EnrichedContext, build_context
+from hsi_dagster.core.context.context_models import EnrichedContext
+from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.context.history import (
     DayActivity,
     HistoryInputs,
