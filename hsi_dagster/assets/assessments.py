@@ -27,15 +27,7 @@ from hsi_dagster.core.prompt.risk_schema import PLAIN
 from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome
 from hsi_dagster.core.verdict.evidence import Floor
 from hsi_dagster.core.verdict.final import Verdict, raised_by_evidence_alerts
-from hsi_dagster.core.verdict.trust import (
-    AUTO,
-    ModelFingerprint,
-    Trust,
-    TrustError,
-    default_trust,
-    refused_trust,
-    resolve_trust,
-)
+from hsi_dagster.core.verdict.trust import AUTO, ModelFingerprint, Trust, trust_for_answer
 from hsi_dagster.llm.client import (
     ChatResult,
     LlamaRequestRejected,
@@ -93,19 +85,15 @@ def answering_trust(
     its model, a model never measured, or a record measured for another size of the model: the stated default, with
     the reason on the row (never silent)."""
     identity = llm.model_identity(server_url or None)
-    if identity is None:
-        if setting != AUTO:
-            return resolve_trust(setting, None, None)
-        return default_trust(f"the server that answered ({server_url or llm.primary_url}) did not report its model")
-    fingerprint = ModelFingerprint(short_model_name(identity.name), identity.size, schema, quality_level)
+    fingerprint = None
     record = None
-    if setting == AUTO:
-        with duckdb.get_connection() as conn:
-            record = trust_record_for(conn, fingerprint)
-    try:
-        return resolve_trust(setting, fingerprint, record)
-    except TrustError as exc:
-        return refused_trust(exc, fingerprint)
+    if identity is not None:
+        fingerprint = ModelFingerprint(short_model_name(identity.name), identity.size, schema, quality_level)
+        if setting == AUTO:
+            with duckdb.get_connection() as conn:
+                record = trust_record_for(conn, fingerprint)
+    unreported = f"the server that answered ({server_url or llm.primary_url}) did not report its model"
+    return trust_for_answer(setting, fingerprint, record, unreported=unreported)
 
 
 def verdict_metadata(verdict: Verdict, ignored: tuple[str, ...]) -> dict:

@@ -16,16 +16,7 @@ from dataclasses import dataclass
 
 from hsi_dagster.core.evaluation.metrics import ScenarioResult
 from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, TrustSample, recommended_trust, trust_sweep
-from hsi_dagster.core.verdict.trust import (
-    AUTO,
-    FALSE_ALARM_GOAL,
-    ModelFingerprint,
-    Trust,
-    TrustError,
-    default_trust,
-    refused_trust,
-    resolve_trust,
-)
+from hsi_dagster.core.verdict.trust import AUTO, FALSE_ALARM_GOAL, ModelFingerprint, Trust, trust_for_answer
 from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
@@ -64,17 +55,12 @@ def applied_trust(
     fingerprint: ModelFingerprint | None, settings: HsiSettings, duckdb: HsiDuckDBResource, endpoint: str
 ) -> Trust:
     """The trust production would apply to this model now (as assets/assessments.py resolves it)."""
-    if fingerprint is None and settings.MODEL_TRUST == AUTO:
-        return default_trust(f"the server(s) at {endpoint} did not report one model")
     record = None
     if fingerprint is not None and settings.MODEL_TRUST == AUTO:
         with duckdb.get_connection() as conn:
             record = trust_record_for(conn, fingerprint)
-    try:
-        return resolve_trust(settings.MODEL_TRUST, fingerprint, record)
-    except TrustError as exc:
-        assert fingerprint is not None
-        return refused_trust(exc, fingerprint)
+    unreported = f"the server(s) at {endpoint} did not report one model"
+    return trust_for_answer(settings.MODEL_TRUST, fingerprint, record, unreported=unreported)
 
 
 def measure_trust(

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import duckdb
 
+
+def added_columns(table: str, **columns: str) -> str:
+    """`ALTER TABLE ... ADD COLUMN IF NOT EXISTS` for each column (name=SQL type): a migration's new columns,
+    idempotent like every statement here."""
+    return "".join(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind};\n" for name, kind in columns.items())
+
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,
@@ -335,12 +342,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # core/verdict/trust.py: the answering model may raise a verdict above the evidence floor's level only as far
         # as its trust; each row keeps the model's own level and the trust (value, where from, why) so a verdict the
         # model wanted higher is never silent. model_trust holds what `hsi eval` measured per model fingerprint.
-        """
-        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_level VARCHAR;
-        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_trust INTEGER;
-        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS trust_source VARCHAR;
-        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS trust_reason VARCHAR;
-        ALTER TABLE risk_assessments ADD COLUMN IF NOT EXISTS model_fingerprint VARCHAR;
+        added_columns(
+            "risk_assessments",
+            model_level="VARCHAR",
+            model_trust="INTEGER",
+            trust_source="VARCHAR",
+            trust_reason="VARCHAR",
+            model_fingerprint="VARCHAR",
+        )
+        + """
         CREATE TABLE IF NOT EXISTS model_trust (
             fingerprint VARCHAR PRIMARY KEY,
             model VARCHAR NOT NULL,

@@ -111,6 +111,21 @@ def refused_trust(error: TrustError, fingerprint: ModelFingerprint) -> Trust:
     return default_trust(str(error), fingerprint.key)
 
 
+def trust_for_answer(
+    setting: int | str, fingerprint: ModelFingerprint | None, record: TrustRecord | None, *, unreported: str
+) -> Trust:
+    """The trust production applies to one answer, never an exception: `resolve_trust`, with `unreported` the reason
+    when the server did not report its model, and a refused record turned into the default with the refusal as the
+    reason. The pipeline's asset and the evaluation pass both call this, so `hsi eval` applies production's trust."""
+    if fingerprint is None and setting == AUTO:
+        return default_trust(unreported)
+    try:
+        return resolve_trust(setting, fingerprint, record)
+    except TrustError as exc:
+        assert fingerprint is not None  # only a measured record for a reported model can be refused
+        return refused_trust(exc, fingerprint)
+
+
 def level_index(level: str) -> int:
     return RISK_LEVELS.index(level)
 
