@@ -296,7 +296,7 @@ class HsiSettings(BaseSettings):
     def _known_plates(cls, value: object) -> object:
         """Comma-separated plates; an entry that is no plate is a start-up error naming it (a typo would make the
         household's car a stranger's)."""
-        from hsi_dagster.core.context.camera_profiles import plate_problem
+        from hsi_dagster.core.context.plates import plate_problem
 
         plates = _comma_separated(value) if isinstance(value, str) else value
         if isinstance(plates, (list, tuple)):

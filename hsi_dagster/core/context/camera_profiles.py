@@ -37,28 +37,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hsi_dagster.core.context.plates import plate_problem
+
 _HHMM = re.compile(r"^([01]\d|2[0-3]):[0-5]\d$")
 ZoneName = Annotated[str, Field(min_length=1, max_length=64)]
 CameraId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
-
-
-PLATE_SEPARATORS = " -.·"
-
-
-def normalise_plate(text: str) -> str:
-    """A plate as compared: upper case, without spaces, hyphens or dots (`kx73-abc` is `KX73ABC`)."""
-    return "".join(ch for ch in text.upper() if ch not in PLATE_SEPARATORS)
-
-
-def plate_problem(text: object) -> str | None:
-    """Why an entry of a known-plates list (KNOWN_PLATES, a profile's resident_vehicles) is not a plate, None when
-    it is one: 2-12 letters or digits once the separators are gone."""
-    if not isinstance(text, str):
-        return f"{text!r} is not text"
-    plate = normalise_plate(text.strip())
-    if not 2 <= len(plate) <= 12 or not plate.isalnum():
-        return f"{text!r} is not a plate (2-12 letters or digits, spaces, hyphens or dots between them)"
-    return None
 
 
 class CameraProfileError(ValueError):

@@ -62,9 +62,10 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from hsi_dagster.core.context.camera_profiles import CameraProfile, normalise_plate, plate_problem
+from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext, NumberRange, Observation
 from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.context.plates import normalise_plate, plate_problem
 from hsi_dagster.core.prompt.risk_schema import level_for_score
 
 CRITICAL, HIGH, MEDIUM = 90, 70, 45
