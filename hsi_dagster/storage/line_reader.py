@@ -112,11 +112,16 @@ class Chunker:
         self.nos, self.lines, self.size = [], [], 0
 
 
+GZIP_HEADER = b"\x1f\x8b\x08"  # ID1 ID2 CM=deflate (RFC 1952)
+
+
 @contextmanager
 def open_binary(path: Path) -> Iterator[BinaryIO]:
-    """The file's bytes, gunzipped when it starts with the gzip magic (whatever its name)."""
+    """The file's bytes, gunzipped when it starts with gzip's header (whatever its name): the magic and deflate, the
+    only method gzip defines. A text file whose first bytes happen to be 1f 8b is read as text, its line judged by
+    the validator, not refused as a corrupt archive."""
     with open(path, "rb") as raw:
-        if raw.peek(2)[:2] == b"\x1f\x8b":
+        if raw.peek(3)[:3] == GZIP_HEADER:
             with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
                 yield unzipped  # type: ignore[misc]
         else:

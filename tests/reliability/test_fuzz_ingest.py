@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hsi_dagster.core.intake.detections import ENRICHMENT_SPEC, MAX_LINE_BYTES, Detection, Rejection, validate_record
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import IngestReport, ingest_files, storable_text
+from hsi_dagster.storage.line_reader import GZIP_HEADER
 from hsi_dagster.synthetic.streams import simulate
 
 START = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
@@ -410,6 +411,9 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
 )
 @given(st.lists(mutated_line(), min_size=1, max_size=25))
 def test_every_mutated_line_is_loaded_or_quarantined_as_the_validator_says(lines: list[bytes]) -> None:
+    # A file that starts with gzip's header is read as gzip whatever its name (a corrupt one is an IngestError naming
+    # it, tested in tests/storage); a line of text is judged by the validator.
+    assume(not lines[0].startswith(GZIP_HEADER))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "fuzz.jsonl"
         write_lines(path, lines)
