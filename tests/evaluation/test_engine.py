@@ -15,7 +15,7 @@ from hsi_dagster.evaluation.configurations import (
     default_configurations,
     floor_configurations,
 )
-from hsi_dagster.evaluation.engine import prepare_scenario, run_prepared
+from hsi_dagster.evaluation.scenario_run import prepare_scenario, run_prepared
 from hsi_dagster.llm.protocol import ChatResult, Usage
 from hsi_dagster.settings import load_settings
 from hsi_dagster.synthetic.scenarios import load_scenarios, scenario_profiles
