@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.verdict.evidence import CRITICAL, FORCING_ELSEWHERE, HIGH, MEDIUM
+from hsi_dagster.core.verdict.watched_zones import watched_zones
 
 ALWAYS = (
     f"a weapon (knife, gun) tracked on 2+ detections ({CRITICAL} critical)",
@@ -36,6 +37,21 @@ ZONE_RULES = (
     f"forcing at an entry zone ({CRITICAL} critical; it stops at {FORCING_ELSEWHERE})",
 )
 PATH_RULE = f"a path of cameras ending here (approached_from: {MEDIUM}, {HIGH} at night)"
+
+
+def _guessed_zones(zones: Sequence[str] | None) -> str:
+    """What the floor watches at a camera without a profile (core/verdict/watched_zones.py), for its owner."""
+    guessed = watched_zones(None, zones or ())
+    roles = [
+        f"{role} {', '.join(sorted(names))}"
+        for role, names in (("entry", guessed.entry), ("private", guessed.private), ("public", guessed.public))
+        if names
+    ]
+    placed = f" (from the zone names: {'; '.join(roles)})" if roles else ""
+    return (
+        f"the zone rules on entry and private zones guessed from their names{placed}; a person not known at night on "
+        f"no such zone ({MEDIUM} medium: where on the property is not known)"
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +96,10 @@ def camera_coverage(
             + "; edit it and set CAMERA_CONTEXT_PATH."
         )
     if profile is None:
-        misses.append("; ".join(ZONE_RULES) + " (no profile: no entry or private zones)")
+        detects.append(_guessed_zones(zones))
+        misses.append(
+            "; ".join(ZONE_RULES) + " on a zone whose name places it nowhere (no profile: roles come from the names)"
+        )
         misses.append(f"{PATH_RULE}; the night hours are read in UTC (no profile time zone)")
         return Coverage(camera_id, tuple(detects), tuple(misses), advice)
     watched = [*profile.entry_zones, *profile.private_zones]

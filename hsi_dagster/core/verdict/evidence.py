@@ -46,6 +46,8 @@ courier's logo into `reid` (a logo is an attribute: named in the reason, never a
 A track's zones are every zone of its detections (Frigate's `current_zones`, overlapping zones all count) and the
 zones it entered in its life (`entered_zones`); its dwell is the longer of its span in the batch and its time
 tracked (Frigate's `start_time` .. the last detection: a stationary person's skipped updates still count).
+A camera without a profile: zone roles are guessed from their names (core/verdict/watched_zones.py), and a person not
+known at night on no placed zone is 45 medium (where on the property is not known).
 The night hours are local hours of the camera's time zone (the profile's; UTC without one) in [`night_start_hour`,
 `night_end_hour`).
 
@@ -67,6 +69,7 @@ from hsi_dagster.core.context.context_models import EnrichedContext, NumberRange
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.context.plates import normalise_plate, plate_problem
 from hsi_dagster.core.prompt.risk_schema import level_for_score
+from hsi_dagster.core.verdict.watched_zones import WatchedZones, watched_zones
 
 CRITICAL, HIGH, MEDIUM = 90, 70, 45
 FORCING_ELSEWHERE = 75
@@ -405,8 +408,7 @@ def _violence(reader: _Reader, rules: EvidenceRules, fired: _Fired) -> None:
             )
 
 
-def _actions(reader: _Reader, profile: CameraProfile | None, rules: EvidenceRules, fired: _Fired) -> None:
-    entry_zones = set(profile.entry_zones) if profile is not None else set()
+def _actions(reader: _Reader, zones: WatchedZones, rules: EvidenceRules, fired: _Fired) -> None:
     for obs in reader.observations("action"):
         label = reader.text(obs, "action", "label")
         score = reader.unit_number(obs, "action", "score")
@@ -417,9 +419,9 @@ def _actions(reader: _Reader, profile: CameraProfile | None, rules: EvidenceRule
         actor = reader.actor(obs)
         seen = f"action.label {label!r} on {obs.count} frames of {_who(obs)}"
         if rules.matches(label, rules.forcing_actions):
-            at_entry = sorted(actor.zones & entry_zones)
+            at_entry = sorted(actor.zones & zones.entry)
             if at_entry:
-                fired.add(CRITICAL, f"forcing: {seen} at entry zone {at_entry[0]!r} (zone, profile.entry_zones)")
+                fired.add(CRITICAL, f"forcing: {seen} at entry zone {at_entry[0]!r} (zone, {zones.basis()})")
             else:
                 fired.add(FORCING_ELSEWHERE, f"forcing: {seen}, not at an entry zone")
         elif rules.matches(label, rules.probing_actions) and not actor.known:
@@ -429,11 +431,8 @@ def _actions(reader: _Reader, profile: CameraProfile | None, rules: EvidenceRule
 
 
 def _presence(
-    reader: _Reader, profile: CameraProfile | None, rules: EvidenceRules, hour: int, zone_name: str, fired: _Fired
+    reader: _Reader, zones: WatchedZones, rules: EvidenceRules, hour: int, zone_name: str, fired: _Fired
 ) -> None:
-    if profile is None:
-        return
-    entry, private = set(profile.entry_zones), set(profile.private_zones)
     night = rules.is_night(hour)
     suspicious_keys = set()
     for obs in reader.observations("clothing"):
@@ -444,17 +443,25 @@ def _presence(
     for actor in reader.actors.values():
         if actor.known or actor.confidence < rules.presence_min_confidence:
             continue
-        watched = sorted(actor.zones & entry) + sorted(actor.zones & private)
-        if not watched:
-            continue
         who = f"{actor.label} {actor.key} not re-identified as known (reid.known)"
+        watched = zones.watched(actor.zones)
+        if not watched:
+            if actor.label == "person" and night and zones.unplaced(actor.zones):
+                where = f"zone(s) {', '.join(sorted(actor.zones))} not placed" if actor.zones else "no zone"
+                fired.add(
+                    MEDIUM,
+                    f"person at night on a camera without a profile: {who}, {where} (no entry or private zone "
+                    f"known: where on the property is not known), {when}",
+                )
+            continue
         if actor.label == "person" and night:
             masked = ", clothing.suspicious true" if actor.key in suspicious_keys else ""
             courier = (
                 f", courier logo {actor.delivery!r} (attributes: a uniform, not an identity)" if actor.delivery else ""
             )
-            kind = "entry" if watched[0] in entry else "private"
-            fired.add(HIGH, f"person at night: {who}{masked}{courier} on {kind} zone {watched[0]!r}, {when}")
+            kind = "entry" if watched[0] in zones.entry else "private"
+            guessed = f" ({zones.basis()})" if zones.guessed else ""
+            fired.add(HIGH, f"person at night: {who}{masked}{courier} on {kind} zone {watched[0]!r}{guessed}, {when}")
         elif night and actor.label not in _ANIMALS:
             plate = f", plate {actor.plates[0]!r} not a known plate" if actor.plates else ""
             fired.add(MEDIUM, f"vehicle or object at night: {who}{plate} on zone {watched[0]!r}, {when}")
@@ -472,7 +479,7 @@ _ANIMALS = frozenset({"cat", "dog", "bird", "fox", "deer", "hedgehog", "badger",
 
 def _history(
     reader: _Reader,
-    profile: CameraProfile | None,
+    zones: WatchedZones,
     history: HistoryFacts,
     rules: EvidenceRules,
     hour: int,
@@ -481,7 +488,7 @@ def _history(
     strangers = [a for a in reader.people() if not a.known]
     if not strangers:
         return
-    watched = set(profile.entry_zones) | set(profile.private_zones) if profile is not None else set()
+    watched = set(zones.entry | zones.private)
     on_watched = [a for a in strangers if a.zones & watched]
     if "person" in history.unusual_labels and on_watched:
         fired.add(
@@ -513,19 +520,21 @@ def evidence_floor(
     rules: EvidenceRules | None = None,
 ) -> Floor:
     """The floor of one batch (or of the detections seen so far): the rules above, never an exception on bad
-    enrichment. `profile` None: the zone rules do not fire (no entry or private zones are known)."""
+    enrichment. `profile` None (and none in the context): the zones' roles are guessed from their names
+    (core/verdict/watched_zones.py)."""
     rules = rules or EvidenceRules()
     profile = profile if profile is not None else context.camera_profile
     plates = [*rules.known_plates, *(v.plate for v in profile.resident_vehicles if v.plate)] if profile else []
     reader = _Reader(context, plates or rules.known_plates)
     fired = _Fired()
     hour, zone_name = _local_hour(context, profile)
+    zones = watched_zones(profile, (zone for actor in reader.actors.values() for zone in actor.zones))
     _weapon_and_tool(context, reader, rules, fired)
     _violence(reader, rules, fired)
-    _actions(reader, profile, rules, fired)
-    _presence(reader, profile, rules, hour, zone_name, fired)
+    _actions(reader, zones, rules, fired)
+    _presence(reader, zones, rules, hour, zone_name, fired)
     if history is not None:
-        _history(reader, profile, history, rules, hour, fired)
+        _history(reader, zones, history, rules, hour, fired)
     return Floor(
         score=fired.score,
         level=level_for_score(fired.score),

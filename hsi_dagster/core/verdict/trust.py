@@ -62,11 +62,14 @@ class ModelFingerprint:
 
 @dataclass(frozen=True)
 class TrustRecord:
-    """A stored measurement (storage/trust.py): the recommended trust for one fingerprint."""
+    """A measurement (storage/trust.py): the recommended trust for one fingerprint. `origin` says where a record
+    measured elsewhere comes from (the project's own measurement shipped for the bundled model), empty for a record
+    this household's `hsi eval` stored."""
 
     fingerprint: str
     trust: int
     configuration: str = ""
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,8 @@ def resolve_trust(setting: int | str, fingerprint: ModelFingerprint | None, reco
             f"measured trust record refused: it is for {record.fingerprint}, the answering model is {fingerprint.key}"
         )
     value = check_trust(record.trust, f"measured trust of {record.fingerprint}")
-    return Trust(value, MEASURED, f"measured trust {value}", fingerprint.key)
+    origin = f" ({record.origin})" if record.origin else ""
+    return Trust(value, MEASURED, f"measured trust {value}{origin}", fingerprint.key)
 
 
 def refused_trust(error: TrustError, fingerprint: ModelFingerprint) -> Trust:

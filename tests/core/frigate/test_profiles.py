@@ -108,8 +108,9 @@ def test_an_unknown_ui_timezone_is_not_used():
 
 
 def test_the_proposal_gives_the_recorded_cameras_the_zone_rules():
-    """A stranger on Frigate's `porch` at 02:30: nothing without a profile, high with the proposed one (real payload
-    through the real mapping, context and floor); a passer-by on the `street` zone stays unraised."""
+    """A stranger on Frigate's `porch` at 02:30: high with the proposed profile, and already without one (the floor
+    guesses the same roles from the names until a profile exists: core/verdict/watched_zones.py); real payload
+    through the real mapping, context and floor. A passer-by on the `street` zone stays unraised either way."""
     from hsi_dagster.core.context.enrichment import build_context
     from hsi_dagster.core.verdict.evidence import evidence_floor
     from tests.core.verdict.test_frigate_evidence import detections, new, person
@@ -124,10 +125,12 @@ def test_the_proposal_gives_the_recorded_cameras_the_zone_rules():
         return evidence_floor(context, profile)
 
     at_porch = detections(new(person(current_zones=["porch"], entered_zones=["walkway", "porch"])))
-    assert floor(at_porch, None).score == 0
+    unprofiled = floor(at_porch, None)
+    assert unprofiled.level == "high" and "guessed from its name" in unprofiled.reasons[0]
     proposed = floor(at_porch, profiles["front_door"])
     assert proposed.level == "high" and "entry zone 'porch'" in proposed.reasons[0]
     on_street = detections(
         new(person(camera="driveway", box=[100, 100, 300, 900], current_zones=["street"], entered_zones=["street"]))
     )
     assert floor(on_street, profiles["driveway"]).score == 0
+    assert floor(on_street, None).score == 0

@@ -30,7 +30,7 @@ def _track(
     start: datetime,
     *,
     label: str = "person",
-    zone: str = "street",
+    zone: str | None = "street",
     frames: int = 4,
     track: str | None = "t1",
     confidence: float = 0.9,
@@ -137,9 +137,24 @@ def test_a_stranger_on_an_entry_or_private_zone_at_night_is_high_by_day_nothing(
     assert floor_of(_track(DAY, zone="patio", reid=STRANGER)).score == 0
     assert floor_of(_track(NIGHT, zone="patio", label="fox", reid=STRANGER)).score == 0  # wildlife
     assert floor_of(_track(NIGHT, zone="patio", reid=STRANGER, confidence=0.3)).score == 0  # rain on the lens
-    assert floor_of(_track(NIGHT, zone="patio", reid=STRANGER), profile=None).score == 0  # no zones known
     car = floor_of(_track(NIGHT, zone="lawn", label="car", reid=STRANGER))
     assert car.score == 45 and car.level == "medium"
+
+
+def test_a_camera_without_a_profile_places_its_zones_by_name_and_a_stranger_nowhere_at_night_is_medium():
+    """A new Frigate user has zones but no profiles: the names decide (core/verdict/watched_zones.py)."""
+    door = floor_of(_track(NIGHT, zone="back_door", reid=STRANGER), profile=None)
+    assert door.score == 70 and "entry zone 'back_door' (zone role guessed from its name" in door.reasons[0]
+    assert floor_of(_track(NIGHT, zone="driveway", reid=STRANGER), profile=None).score == 70  # private ground
+    assert floor_of(_track(NIGHT, zone="sidewalk", reid=STRANGER), profile=None).score == 0  # passers-by
+    assert floor_of(_track(NIGHT, zone="back_door", reid=RESIDENT), profile=None).score == 0  # the household
+    assert floor_of(_track(DAY, zone="back_door", reid=STRANGER), profile=None).score == 0  # by day: no rule
+    assert floor_of(_track(NIGHT, zone="back_door", label="fox", reid=STRANGER), profile=None).score == 0
+    for zone in ("zone_1", None):  # where on the property is not known: a question, not an alert
+        nowhere = floor_of(_track(NIGHT, zone=zone, reid=STRANGER), profile=None)
+        assert nowhere.score == 45 and "camera without a profile" in nowhere.reasons[0], zone
+    # with a profile, its zones decide alone: 'back_door' is not one of them, so nothing fires
+    assert floor_of(_track(NIGHT, zone="back_door", reid=STRANGER)).score == 0
 
 
 def test_night_hours_follow_the_camera_time_zone_and_the_rules():
