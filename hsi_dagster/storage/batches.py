@@ -319,3 +319,32 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
         detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
         detection["enrichment"] = loads_enrichment(detection["enrichment"])
     return row, detections
+
+
+def track_detections_before(
+    conn: duckdb.DuckDBPyConnection,
+    camera_id: str,
+    track_ids: Sequence[str],
+    since: datetime,
+    before: datetime,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Detections of these tracks on this camera in [since, before), wherever they are batched (or not yet): what a
+    fast-path batch's track has shown so far. The latest `limit`, returned in ts order, shaped as `load_batch`'s."""
+    if not track_ids:
+        return []
+    detections = _rows(
+        conn.execute(
+            """SELECT * FROM (
+                   SELECT * FROM detections
+                   WHERE camera_id = $camera AND ts >= $since AND ts < $before AND list_contains($tracks, track_id)
+                   ORDER BY ts DESC, detection_id DESC LIMIT $limit)
+               ORDER BY ts, detection_id""",
+            {"camera": camera_id, "since": since, "before": before, "tracks": list(track_ids), "limit": limit},
+        )
+    )
+    for detection in detections:
+        detection["ts"] = detection["ts"].astimezone(UTC)
+        detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
+        detection["enrichment"] = loads_enrichment(detection["enrichment"])
+    return detections
