@@ -33,11 +33,13 @@ def test_the_trust_sweep_of_a_pass_is_stored_for_the_models_fingerprint(tmp_path
         )
 
     results = [result(n, "low", 5, 0) for n in range(20)] + [result(90, "critical", 92, 0), result(91, "low", 93, 0)]
+    results += [result(92, "medium", 50, 0), result(93, "medium", 50, 0)]  # two mediums only the model saw
     fingerprint = ModelFingerprint("qwen", 1234, "plain", "full")
     duckdb = HsiDuckDBResource(database=str(tmp_path / "hsi.duckdb"))
     applied = Trust(2, "default", "no measured trust")
     measurement = measure_trust(results, fingerprint, applied, duckdb, "q.full")
-    assert measurement.recommended == 1 and measurement.stored  # the cat alerts from trust 2: 1 of 21 harmless
+    # the cat alerts from trust 2: 1 of 21 harmless; trust 1 earns its keep: the two mediums are stored right
+    assert measurement.recommended == 1 and measurement.stored
     assert [p.trust for p in measurement.holdout] == [0, 1, 2, 3] and measurement.holdout[3].recall == 1.0
     with connect(duckdb.database, read_only=True) as conn:
         record = trust_record_for(conn, fingerprint)

@@ -8,9 +8,10 @@ No model call: one evaluation pass keeps, per scenario, the model's own verdict 
 - raise precision: of the verdicts the trust let the model raise above the floor's level, the share that did not
   overshoot the label (stored level <= expected level); None when the model raised nothing;
 - level accuracy: share of scenarios stored at their expected level.
-The recommended trust is the highest whose false alarms stay within FALSE_ALARM_GOAL on the holdout split (or within
-the floor's own rate at trust 0 when the rules alone already exceed it: the model adds none there). Too few harmless
-scenarios to measure a rate: no recommendation, the stated default applies.
+The recommended trust is the highest the model earned on the holdout split: false alarms within FALSE_ALARM_GOAL (or
+within the floor's own rate at trust 0 when the rules alone already exceed it: the model adds none there), and a gain
+over trust 0 in recall or level accuracy (a model that never raises a verdict the right way earns nothing). Too few
+harmless scenarios to measure a rate: no recommendation, the stated default applies.
 """
 
 from __future__ import annotations
@@ -86,18 +87,30 @@ def trust_sweep(samples: Sequence[TrustSample]) -> list[TrustPoint]:
     return [trust_point(samples, trust) for trust in TRUST_VALUES]
 
 
+def _gains(point: TrustPoint, base: TrustPoint) -> bool:
+    """Whether `point` catches more than the rules alone (recall) or stores more levels right (level accuracy)."""
+    better_recall = (point.recall or 0.0) > (base.recall or 0.0) + 1e-12
+    better_levels = (point.level_accuracy or 0.0) > (base.level_accuracy or 0.0) + 1e-12
+    return better_recall or better_levels
+
+
 def recommended_trust(points: Sequence[TrustPoint], goal: float = FALSE_ALARM_GOAL) -> int | None:
-    """The highest trust whose false-alarm rate stays within `goal` (or the rules' own rate at trust 0 when that is
-    already above it); None when no harmless scenario was measured."""
+    """The highest trust the model earned: its false-alarm rate stays within `goal` (or the rules' own rate at trust 0
+    when that is already above it) AND it catches more (recall) or stores more levels right than trust 0. A model
+    whose answers never move a verdict the right way (SmolLM2 answering "8" everywhere) earns 0, however few false
+    alarms it makes: a clean sheet without a single correct raise measures nothing. None when no harmless scenario was
+    measured."""
     by_trust = {point.trust: point for point in points}
     base = by_trust.get(0)
     if base is None or base.false_alarm_rate is None:
         return None
     allowed = max(goal, base.false_alarm_rate)
-    within = [
+    earned = [
         point.trust
         for point in points
-        if point.false_alarm_rate is not None and point.false_alarm_rate <= allowed + 1e-12
+        if point.trust > 0
+        and point.false_alarm_rate is not None
+        and point.false_alarm_rate <= allowed + 1e-12
+        and _gains(point, base)
     ]
-    # False alarms never fall as the trust grows (a higher ceiling only raises), so the highest within is the answer.
-    return max(within) if within else 0
+    return max(earned, default=0)

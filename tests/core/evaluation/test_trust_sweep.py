@@ -52,16 +52,29 @@ def test_no_usable_reply_is_the_floors_verdict_or_none_at_every_trust():
 def test_the_recommendation_is_the_highest_trust_within_the_false_alarm_goal():
     harmless = [sample(100 + n, "low", 5, 0) for n in range(40)]
     one_cat = [*harmless, sample(1, "low", 93, 0), sample(2, "critical", 92, 0)]  # 1 of 41 harmless raised: 2.4 %
-    assert recommended_trust(trust_sweep(one_cat)) == 3
-    two_cats = [*one_cat, sample(3, "low", 70, 0)]  # trust 2: 2 of 42 (4.8 %); trust 1: none alert
-    assert recommended_trust(trust_sweep(two_cats)) == 1
-    assert recommended_trust(trust_sweep(SAMPLES)) == 1  # the cat alerts from trust 2 on: 1 of 2 harmless
+    assert recommended_trust(trust_sweep(one_cat)) == 3  # and the crowbar only the model saw is caught
+    two_cats = [*one_cat, sample(3, "low", 70, 0)]  # trust 2: 2 of 42 (4.8 %); trust 1: none alert, but ...
+    assert recommended_trust(trust_sweep(two_cats)) == 0  # ... at trust 1 it only moves levels the wrong way
+    medium = [*two_cats, *[sample(200 + n, "medium", 50, 0) for n in range(3)]]  # three mediums only it saw
+    assert recommended_trust(trust_sweep(medium)) == 1  # now trust 1 stores more levels right
+    assert recommended_trust(trust_sweep(SAMPLES)) == 0  # the cat alerts from trust 2 on: 1 of 2 harmless
+
+
+def test_a_model_that_never_moves_a_verdict_the_right_way_earns_nothing():
+    """SmolLM2 answering "8" to everything makes no false alarm at any trust, and earns no trust either."""
+    always_low = [sample(n, "low", 8, 0) for n in range(30)] + [sample(50, "high", 8, 70), sample(51, "medium", 8, 0)]
+    points = trust_sweep(always_low)
+    assert all(point.false_alarm_rate == 0.0 for point in points)
+    assert recommended_trust(points) == 0
 
 
 def test_the_rules_own_false_alarms_do_not_count_against_the_model():
     noisy_floor = [sample(1, "low", 5, 70), *[sample(10 + n, "low", 5, 0) for n in range(9)]]  # floor alone: 10 %
-    assert recommended_trust(trust_sweep(noisy_floor)) == 3
-    assert recommended_trust(trust_sweep([*noisy_floor, sample(2, "low", 93, 0)])) == 1
+    caught = [*noisy_floor, sample(3, "high", 80, 0)]  # a burglar only the model saw
+    assert recommended_trust(trust_sweep(caught)) == 3
+    # a cat the model calls critical alerts from trust 2 on (2 of 11 harmless, above the rules' own 1 of 11), and at
+    # trust 1 the burglar and the cat are both medium: no level moved the right way
+    assert recommended_trust(trust_sweep([*caught, sample(2, "low", 93, 0)])) == 0
 
 
 def test_no_harmless_scenario_measured_gives_no_recommendation():
