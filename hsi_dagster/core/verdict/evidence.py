@@ -19,6 +19,8 @@ forcing           | action.label, action.score, track zone, | a forcing_actions 
                   |                                         | ... elsewhere (a car window, the shed)       | 75 high
 probing           | action.label, action.score, reid.known  | a probing_actions label (handles, windows,   | 70 high
                   |                                         | cars, packages) by a person not known        |
+one frame, seen   | action.label on < action_min_frames,    | a forcing or probing label on one frame with | 75/70 high
+with more         | vehicle.damage, a second person         | vehicle damage or a second person not known  |
 tool              | detections.items[].label, reid.known    | a tool_labels label (COCO scissors, baseball | 70 high
                   |                                         | bat, ...) with a person not known            |
 watching          | action.label, action.score, reid.known  | a watching_actions label (photographing the  | 45 medium
@@ -408,15 +410,44 @@ def _violence(reader: _Reader, rules: EvidenceRules, fired: _Fired) -> None:
             )
 
 
+_NO_DAMAGE = frozenset({"", "none", "no", "no damage", "false", "unknown", "n/a"})
+
+
+def _vehicle_damage(reader: _Reader) -> str | None:
+    """The first vehicle reading that reports damage (`vehicle.damage` true, or a reading other than none/no)."""
+    for obs in reader.observations("vehicle"):
+        value = obs.fields.get("damage")
+        if value is True or (isinstance(value, str) and normalise_label(value) not in _NO_DAMAGE):
+            return f"vehicle.damage {value!r} on {_who(obs)}"
+    return None
+
+
+def _corroboration(reader: _Reader, actor: _Actor, rules: EvidenceRules) -> str | None:
+    """What makes an act seen on ONE frame evidence: vehicle damage in the batch, or a second person not known
+    (an accomplice). One noisy frame alone is not enough; one frame with either is."""
+    damage = _vehicle_damage(reader)
+    if damage:
+        return damage
+    others = [
+        a
+        for a in reader.people()
+        if a.key != actor.key and not a.known and a.confidence >= rules.presence_min_confidence
+    ]
+    return f"a second person not known ({others[0].key})" if others else None
+
+
 def _actions(reader: _Reader, zones: WatchedZones, rules: EvidenceRules, fired: _Fired) -> None:
     for obs in reader.observations("action"):
         label = reader.text(obs, "action", "label")
         score = reader.unit_number(obs, "action", "score")
-        if not label or obs.count < rules.action_min_frames:
+        if not label:
             continue
         if score is not None and score.max < rules.action_min_score:
             continue
         actor = reader.actor(obs)
+        if obs.count < rules.action_min_frames:
+            _single_frame_act(reader, obs, label, actor, rules, fired)
+            continue
         seen = f"action.label {label!r} on {obs.count} frames of {_who(obs)}"
         if rules.matches(label, rules.forcing_actions):
             at_entry = sorted(actor.zones & zones.entry)
@@ -428,6 +459,25 @@ def _actions(reader: _Reader, zones: WatchedZones, rules: EvidenceRules, fired: 
             fired.add(HIGH, f"probing: {seen}, not re-identified as known (reid.known)")
         elif rules.matches(label, rules.watching_actions) and not actor.known:
             fired.add(MEDIUM, f"watching: {seen}, not re-identified as known (reid.known)")
+
+
+def _single_frame_act(
+    reader: _Reader, obs: Observation, label: str, actor: _Actor, rules: EvidenceRules, fired: _Fired
+) -> None:
+    """A forcing or probing act on fewer frames than action_min_frames counts only when corroborated, and then as
+    high at most (an alert; critical needs the act sustained)."""
+    forcing = rules.matches(label, rules.forcing_actions)
+    probing = rules.matches(label, rules.probing_actions) and not actor.known
+    if not (forcing or probing):
+        return
+    corroborated = _corroboration(reader, actor, rules)
+    if corroborated is None:
+        return
+    seen = f"action.label {label!r} on {obs.count} frame of {_who(obs)}, corroborated by {corroborated}"
+    if forcing:
+        fired.add(FORCING_ELSEWHERE, f"forcing: {seen}")
+    else:
+        fired.add(HIGH, f"probing: {seen}, not re-identified as known (reid.known)")
 
 
 def _presence(

@@ -108,6 +108,34 @@ def test_forcing_action_is_critical_at_an_entry_zone_and_high_elsewhere():
     assert floor_of(_track(DAY, zone="patio", action=unsure, reid=STRANGER)).score == 0
 
 
+def test_an_act_on_one_frame_counts_when_vehicle_damage_or_a_second_stranger_corroborates_it():
+    """A car window smashed at 01:40: the act is on one frame; the damaged car (or an accomplice) makes it evidence,
+    high at most (critical needs the act sustained). One frame alone stays nothing."""
+    smashing = {"label": "smashing a window", "score": 0.8}
+    act = _track(NIGHT, zone="street", frames=1, action=smashing, reid=STRANGER)
+    assert floor_of(act).score == 0  # one frame alone: noise
+    car = _track(
+        NIGHT, label="car", track="c1", frames=2, zone="street", vehicle={"type": "suv", "damage": "broken side window"}
+    )
+    damaged = floor_of(act + car)
+    assert damaged.score == 75 and damaged.level == "high"
+    assert "on 1 frame of track t1, corroborated by vehicle.damage 'broken side window'" in damaged.reasons[0]
+    undamaged = _track(
+        NIGHT, label="car", track="c1", frames=2, zone="street", vehicle={"type": "suv", "damage": "none"}
+    )
+    assert floor_of(act + undamaged).score == 0
+    lookout = _track(NIGHT, track="t2", frames=2, zone="street", reid=STRANGER)
+    handle = {"label": "trying the door handle", "score": 0.8}
+    probing = floor_of(
+        _track(DAY, zone="street", frames=1, action=handle, reid=STRANGER)
+        + _track(DAY, track="t2", zone="street", reid=STRANGER)
+    )
+    assert probing.score == 70 and "corroborated by a second person not known (t:t2)" in probing.reasons[0]
+    assert floor_of(act + lookout).score == 75
+    resident_pair = _track(NIGHT, track="t2", frames=2, zone="street", reid=RESIDENT)
+    assert floor_of(act + resident_pair).score == 0  # a known person beside it corroborates nothing
+
+
 def test_probing_action_is_high_for_a_stranger_not_for_a_known_person():
     handle = {"label": "trying the door handle", "score": 0.8}
     stranger = floor_of(_track(DAY, zone="street", action=handle, reid=STRANGER))
