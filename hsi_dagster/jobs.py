@@ -15,6 +15,7 @@ from hsi_dagster.core.context.history import HistoryRules
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_ids_closed_before
+from hsi_dagster.storage.corrections import corrected_batch_ids
 from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.history import prune_activity
 
@@ -35,7 +36,10 @@ ingest_job = dg.define_asset_job(
 )
 
 
-@dg.op(description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay).")
+@dg.op(
+    description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay); "
+    "a batch the household corrected is kept."
+)
 def prune_batch_partitions(
     context: dg.OpExecutionContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
 ) -> int:
@@ -44,16 +48,17 @@ def prune_batch_partitions(
     try:
         with duckdb.get_connection(read_only=True) as conn:
             old = batch_ids_closed_before(conn, cutoff)
+            kept = corrected_batch_ids(conn, old)  # the household's labels: replayed by evaluation, never pruned
     except DatabaseNotFound as exc:
         context.log.info(f"nothing to prune: {exc}")
         return 0
     existing = set(context.instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
-    doomed = sorted(old & existing)
+    doomed = sorted((old - kept) & existing)
     for key in doomed:
         context.instance.delete_dynamic_partition(BATCH_PARTITIONS_NAME, key)
     context.log.info(
         f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; "
-        f"{len(existing) - len(doomed)} remain"
+        f"{len(existing) - len(doomed)} remain ({len(kept & existing)} old ones kept: corrected by the household)"
     )
     return len(doomed)
 
