@@ -44,6 +44,11 @@ def _has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(row and row[0])
 
 
+def corrections_stored(conn: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the database has the corrections table (migration 38)."""
+    return _has_table(conn, "corrections")
+
+
 def _verdict(row: tuple[Any, ...] | None) -> CorrectedVerdict | None:
     return None if row is None else CorrectedVerdict(row[0], row[1], row[2], row[3], row[4])
 

@@ -30,6 +30,8 @@ COMMANDS = (
     "eval",
     "frigate",
     "mqtt",
+    "correct",
+    "corrections",
 )
 
 
