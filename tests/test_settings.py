@@ -113,6 +113,7 @@ DEFAULTS: dict[str, object] = {
     "MQTT_DISCOVERY_PREFIX": "homeassistant",
     "MQTT_PUBLISH_CLIENT_ID": "hsi-verdicts",
     "MQTT_CONNECT_TIMEOUT_SECONDS": 5.0,
+    "CORRECTIONS_PER_CAMERA_PER_HOUR": 20,
     "FRIGATE_WRITEBACK": "off",
 }
 
