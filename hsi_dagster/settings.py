@@ -258,6 +258,10 @@ class HsiSettings(BaseSettings):
     CORRECTIONS_PER_CAMERA_PER_HOUR: int = Field(
         20, ge=1, le=1000, description="MQTT corrections stored per camera per hour; more are refused (a flood)."
     )
+    HOUSEHOLD_EXCEPTION_MIN_CORRECTIONS: int = Field(
+        3, ge=2, le=100, description="Batches of one pattern corrected to low before it is a household exception."
+    )
+    HOUSEHOLD_EXCEPTION_DAYS: float = Field(30.0, gt=0, le=365, description="An exception expires this long after.")
     FRIGATE_WRITEBACK: Literal["off", "description", "sub_label", "both"] = Field(
         "off", description="Write each verdict back to its Frigate events at FRIGATE_URL (off by default)."
     )

@@ -81,6 +81,50 @@ def format_corrections(
     return "\n".join(lines)
 
 
+def cmd_exceptions(args: argparse.Namespace, settings: HsiSettings) -> int:
+    from hsi_dagster.core.verdict.evidence import EvidenceRules
+    from hsi_dagster.core.verdict.exceptions import ExceptionPolicy
+    from hsi_dagster.storage.db import DatabaseNotFound, connect
+    from hsi_dagster.storage.exceptions import household_exceptions, remove_exception
+
+    now = datetime.now(UTC)
+    rules, policy = EvidenceRules.from_settings(settings), ExceptionPolicy.from_settings(settings)
+    if args.remove:
+        with connect(settings.HSI_DUCKDB_PATH) as conn:
+            exceptions, _, _ = household_exceptions(conn, rules, policy, now)
+            if args.remove not in {e.pattern.key for e in exceptions}:
+                raise UsageError(f"no exception in force with the key {args.remove!r} (see `hsi exceptions`)")
+            remove_exception(conn, args.remove, now)
+        print(f"removed: {args.remove} (only corrections received from now on count for it)")
+        return 0
+    try:
+        with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
+            exceptions, refused, skipped = household_exceptions(conn, rules, policy, now)
+    except DatabaseNotFound:
+        exceptions, refused, skipped = [], [], []
+    if args.json:
+        rows = [
+            {"key": e.pattern.key, "explanation": e.explain(), "corrections": e.corrections, "expires_at": e.expires_at}
+            for e in exceptions
+        ]
+        refusals = [{"key": r.pattern.key, "corrections": r.corrections, "reason": r.reason} for r in refused]
+        print(json.dumps({"exceptions": rows, "refused": refusals, "skipped": skipped}, default=str))
+        return 0
+    if not (exceptions or refused or skipped):
+        print(f"no household exceptions (a pattern needs {policy.min_corrections} batches corrected to low)")
+    for exception in exceptions:
+        print(f"{exception.pattern.key}\n  {exception.explain()}")
+    for ineligible in refused:
+        print(
+            f"not an exception: {ineligible.pattern.describe()} ({ineligible.corrections} corrections):"
+            f" {ineligible.reason}"
+        )
+    for line in skipped:
+        print(f"skipped: {line}")
+    print("exceptions are listed, not applied: no verdict reads them yet")
+    return 0
+
+
 def add_corrections_parser(sub: Any, with_db: Any) -> None:
     """`hsi correct` and `hsi corrections` on the one argparse tree of cli/main.py."""
     from hsi_dagster.core.outbound.corrections import NOTE_MAX_CHARS
@@ -95,3 +139,7 @@ def add_corrections_parser(sub: Any, with_db: Any) -> None:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(corrections_func=cmd_corrections)
+    p = with_db(sub.add_parser("exceptions", help="household exceptions derived from the corrections"))
+    p.add_argument("--remove", metavar="KEY", help="remove the exception with this key")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(corrections_func=cmd_exceptions)

@@ -377,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_corrections_parser(sub, with_db)
     sub.choices["correct"].set_defaults(func=cmd_corrections)
     sub.choices["corrections"].set_defaults(func=cmd_corrections)
+    sub.choices["exceptions"].set_defaults(func=cmd_corrections)
     return parser
 
 

@@ -371,7 +371,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "household corrections of stored verdicts",
         # storage/corrections.py: one row per correction (CLI, MQTT, Dagster), keyed by the batch, the verdict it
         # corrects (its assessed_at) and the level, so the same correction twice is one row and a batch assessed
-        # again keeps the correction of the verdict it named; refusals counted per source and field (bounded).
+        # again keeps the correction of the verdict it named; refusals counted per source and field (bounded);
+        # storage/exceptions.py: the household exceptions removed by hand (`hsi exceptions remove`).
         """
         CREATE TABLE IF NOT EXISTS corrections (
             correction_key VARCHAR PRIMARY KEY,
@@ -393,6 +394,10 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             last_reason VARCHAR NOT NULL,
             last_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (source, field)
+        );
+        CREATE TABLE IF NOT EXISTS exception_removals (
+            pattern_key VARCHAR PRIMARY KEY,
+            removed_at TIMESTAMPTZ NOT NULL
         );
         """,
     ),

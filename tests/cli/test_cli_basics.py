@@ -32,6 +32,7 @@ COMMANDS = (
     "mqtt",
     "correct",
     "corrections",
+    "exceptions",
 )
 
 
