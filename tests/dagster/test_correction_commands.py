@@ -140,3 +140,38 @@ def test_a_flood_is_bounded_per_camera(tmp_path: Path, broker: Mosquitto) -> Non
     assert sorted(r["batch_id"] for r in stored(db)) == ["door-1", *(f"yard-{i}" for i in range(5))]
     assert refused(db) == {"rate": 7}
     assert all("rate: camera 'yard' had 5 corrections in the last hour" in r for r in report.commands.refused)
+
+
+def test_the_sensor_tick_takes_corrections_with_the_settings_bound_and_logs_refusals(
+    tmp_path: Path, broker: Mosquitto
+) -> None:
+    import dagster as dg
+
+    from hsi_dagster.resources import PipelineSettingsResource
+    from hsi_dagster.sensors import verdict_publisher_sensor
+    from hsi_dagster.settings import load_settings
+
+    db = tmp_path / "hsi.duckdb"
+    now = datetime.now(UTC)
+    for i in range(3):
+        save_verdict(db, f"yard-{i}", "yard", 45, now - timedelta(minutes=5 - i))
+    settings = load_settings(env_file="/dev/null", HSI_DUCKDB_PATH=str(db), CORRECTIONS_PER_CAMERA_PER_HOUR="2")
+
+    def tick() -> tuple[str, dict]:
+        context = dg.build_sensor_context(
+            resources={
+                "duckdb": database(db),
+                "mqtt": publisher(broker.port),
+                "pipeline_settings": PipelineSettingsResource.from_settings(settings),
+            }
+        )
+        result = verdict_publisher_sensor(context)
+        assert isinstance(result, dg.SkipReason)
+        return result.skip_message or "", json.loads(context.cursor or "{}")
+
+    tick()  # discovery, and the session's subscription
+    send(broker, *[("hsi/yard/correction", json.dumps({"batch_id": f"yard-{i}", "level": "low"})) for i in range(3)])
+    message, cursor = tick()
+    assert "corrections: 2 stored, 0 repeats, 1 refused" in message
+    assert (cursor["corrections"], cursor["corrections_refused"]) == (2, 1)
+    assert refused(db) == {"rate": 1}
