@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from hsi_dagster.cli.errors import UsageError
@@ -23,6 +24,8 @@ def cmd_correct(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.storage.db import connect
 
     now = datetime.now(UTC)
+    if not Path(settings.HSI_DUCKDB_PATH).exists():  # a mistyped --db must not create an empty database
+        raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: nothing was assessed there")
     with connect(settings.HSI_DUCKDB_PATH) as conn:
         try:
             request = check_request(args.batch_id, args.level, args.note, source="cli")
@@ -90,6 +93,8 @@ def cmd_exceptions(args: argparse.Namespace, settings: HsiSettings) -> int:
     now = datetime.now(UTC)
     rules, policy = EvidenceRules.from_settings(settings), ExceptionPolicy.from_settings(settings)
     if args.remove:
+        if not Path(settings.HSI_DUCKDB_PATH).exists():
+            raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: no exceptions there")
         with connect(settings.HSI_DUCKDB_PATH) as conn:
             exceptions, _, _ = household_exceptions(conn, rules, policy, now)
             if args.remove not in {e.pattern.key for e in exceptions}:

@@ -84,3 +84,12 @@ def test_corrections_on_an_empty_database(capsys: pytest.CaptureFixture, monkeyp
     monkeypatch.setenv("HSI_DUCKDB_PATH", str(tmp_path / "none.duckdb"))
     code, out, _ = run(capsys, "corrections")
     assert code == 0 and out.startswith("no corrections yet")
+
+
+def test_correct_on_a_missing_database_exits_2_and_creates_nothing(
+    capsys: pytest.CaptureFixture, monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HSI_ENV_FILE", os.devnull)
+    missing = tmp_path / "typo.duckdb"
+    code, _, err = run(capsys, "correct", "yard-1", "low", "--db", str(missing))
+    assert code == 2 and f"no database at {missing}" in err and not missing.exists()
