@@ -30,6 +30,7 @@ from hsi_dagster.jobs import (
     batch_pipeline_job,
     camera_baselines_job,
     camera_baselines_schedule,
+    correct_verdict_job,
     ingest_job,
     partition_retention_job,
     partition_retention_schedule,
@@ -119,7 +120,14 @@ defs = dg.Definitions(
         risk_timeline,
         evaluation,
     ],
-    jobs=[batch_pipeline_job, ingest_job, partition_retention_job, risk_timeline_job, camera_baselines_job],
+    jobs=[
+        batch_pipeline_job,
+        ingest_job,
+        partition_retention_job,
+        risk_timeline_job,
+        camera_baselines_job,
+        correct_verdict_job,
+    ],
     sensors=[
         batch_window_sensor,
         inbox_sensor,

@@ -1,8 +1,9 @@
-"""Jobs: the per-batch pipeline, the ingest of files, and partition retention."""
+"""Jobs: the per-batch pipeline, the ingest of files, partition retention, and the household's corrections."""
 
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
+from pydantic import Field
 
 from hsi_dagster.assets.assessments import risk_assessments
 from hsi_dagster.assets.baselines import camera_baselines
@@ -12,9 +13,11 @@ from hsi_dagster.assets.ingest import detections
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.timeline import risk_timeline
 from hsi_dagster.core.context.history import HistoryRules
+from hsi_dagster.core.outbound.corrections import NOTE_MAX_CHARS, CorrectionRefused, check_request
 from hsi_dagster.partitions import BATCH_PARTITIONS_NAME, daily_partitions
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.storage.batches import batch_ids_closed_before
+from hsi_dagster.storage.corrections import correct, corrected_batch_ids, record_refusal
 from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.history import prune_activity
 
@@ -35,7 +38,10 @@ ingest_job = dg.define_asset_job(
 )
 
 
-@dg.op(description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay).")
+@dg.op(
+    description="Delete dynamic partitions of batches that closed before the retention cut-off (DuckDB rows stay); "
+    "a batch the household corrected is kept."
+)
 def prune_batch_partitions(
     context: dg.OpExecutionContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
 ) -> int:
@@ -44,16 +50,17 @@ def prune_batch_partitions(
     try:
         with duckdb.get_connection(read_only=True) as conn:
             old = batch_ids_closed_before(conn, cutoff)
+            kept = corrected_batch_ids(conn, old)  # the household's labels: replayed by evaluation, never pruned
     except DatabaseNotFound as exc:
         context.log.info(f"nothing to prune: {exc}")
         return 0
     existing = set(context.instance.get_dynamic_partitions(BATCH_PARTITIONS_NAME))
-    doomed = sorted(old & existing)
+    doomed = sorted((old - kept) & existing)
     for key in doomed:
         context.instance.delete_dynamic_partition(BATCH_PARTITIONS_NAME, key)
     context.log.info(
         f"deleted {len(doomed)} batch partitions closed before {cutoff.isoformat()}; "
-        f"{len(existing) - len(doomed)} remain"
+        f"{len(existing) - len(doomed)} remain ({len(kept & existing)} old ones kept: corrected by the household)"
     )
     return len(doomed)
 
@@ -87,6 +94,50 @@ partition_retention_schedule = dg.ScheduleDefinition(
     description="Daily: delete batch partitions older than PARTITION_RETENTION_DAYS (default 7) from Dagster (DuckDB "
     "rows stay) and history aggregate buckets older than HISTORY_DAYS + 2.",
 )
+
+
+class CorrectionConfig(dg.Config):
+    """A household's correction of a stored verdict (README "Correcting a verdict")."""
+
+    batch_id: str = Field(description="The batch whose stored verdict is corrected (`hsi batches`, the UI).")
+    level: str = Field(description="What the household says it was: low, medium, high or critical.")
+    note: str | None = Field(None, description=f"Why, at most {NOTE_MAX_CHARS} characters.")
+
+
+@dg.op(description="Store a correction of a stored verdict (once: a retried run adds nothing).")
+def store_correction(context: dg.OpExecutionContext, config: CorrectionConfig, duckdb: HsiDuckDBResource) -> str:
+    now = datetime.now(UTC)
+    with duckdb.get_connection() as conn:
+        try:
+            request = check_request(config.batch_id, config.level, config.note, source="dagster")
+        except CorrectionRefused as refused:
+            record_refusal(conn, "dagster", refused.refusal, now)
+            raise dg.Failure(description=f"correction refused: {refused}") from None
+        try:
+            correction, new = correct(conn, request, now)  # counts its own refusals
+        except CorrectionRefused as refused:
+            raise dg.Failure(description=f"correction refused: {refused}") from None
+    verdict = correction.verdict
+    context.add_output_metadata(
+        {
+            "batch_id": verdict.batch_id,
+            "camera": verdict.camera_id,
+            "stored_level": verdict.risk_level or "none",
+            "corrected_level": request.level,
+            "direction": correction.direction,
+            "new": new,
+        }
+    )
+    context.log.info(
+        f"{'stored' if new else 'already stored'}: {verdict.batch_id} ({verdict.camera_id}) "
+        f"{verdict.risk_level} -> {request.level} ({correction.direction})"
+    )
+    return correction.direction
+
+
+@dg.job(description="Correct a stored verdict: run config batch_id, level, note (the UI's run history keeps it).")
+def correct_verdict_job():
+    store_correction()
 
 
 camera_baselines_job = dg.define_asset_job(

@@ -255,6 +255,13 @@ class HsiSettings(BaseSettings):
         "hsi-verdicts", min_length=1, description="The publisher's client id (MQTT_CLIENT_ID is the listener's)."
     )
     MQTT_CONNECT_TIMEOUT_SECONDS: float = Field(5.0, gt=0, le=60, description="Longest wait for the broker's answer.")
+    CORRECTIONS_PER_CAMERA_PER_HOUR: int = Field(
+        20, ge=1, le=1000, description="MQTT corrections stored per camera per hour; more are refused (a flood)."
+    )
+    HOUSEHOLD_EXCEPTION_MIN_CORRECTIONS: int = Field(
+        3, ge=2, le=100, description="Batches of one pattern corrected to low before it is a household exception."
+    )
+    HOUSEHOLD_EXCEPTION_DAYS: float = Field(30.0, gt=0, le=365, description="An exception expires this long after.")
     FRIGATE_WRITEBACK: Literal["off", "description", "sub_label", "both"] = Field(
         "off", description="Write each verdict back to its Frigate events at FRIGATE_URL (off by default)."
     )

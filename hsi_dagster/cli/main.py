@@ -259,6 +259,10 @@ def cmd_mqtt(args: argparse.Namespace) -> int:
     return int(args.mqtt_func(args, _settings(args)))
 
 
+def cmd_corrections(args: argparse.Namespace) -> int:
+    return int(args.corrections_func(args, _settings(args)))
+
+
 # ----------------------------------------------------------------------------------------------- plumbing
 def _iso(value) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
@@ -367,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_mqtt_parser(sub, with_db)
     sub.choices["mqtt"].set_defaults(func=cmd_mqtt)
+
+    from hsi_dagster.cli.corrections import add_corrections_parser
+
+    add_corrections_parser(sub, with_db)
+    sub.choices["correct"].set_defaults(func=cmd_corrections)
+    sub.choices["corrections"].set_defaults(func=cmd_corrections)
+    sub.choices["exceptions"].set_defaults(func=cmd_corrections)
     return parser
 
 

@@ -4,7 +4,7 @@ The connection is checked with a separate clean session (`<MQTT_PUBLISH_CLIENT_I
 never disturbs the publisher's session; a broker that never answers is reported after MQTT_CONNECT_TIMEOUT_SECONDS
 (or --timeout). Exit 0 when the broker accepted the connection, 1 otherwise (a health check can use it).
 The model trust behind the latest verdicts is listed too, with a warning when it was not measured
-(core/verdict/trust.py).
+(core/verdict/trust.py), and the household's corrections per camera with the refused ones by field.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def _broker_check(settings: HsiSettings, timeout: float) -> dict[str, Any]:
 
 def _stored(settings: HsiSettings) -> dict[str, Any]:
     from hsi_dagster.storage import mqtt_outbox
+    from hsi_dagster.storage.corrections import correction_counts, refusal_counts
     from hsi_dagster.storage.db import DatabaseNotFound, connect
     from hsi_dagster.storage.frigate_writeback import writeback_counts
     from hsi_dagster.storage.trust import recent_trust
@@ -47,9 +48,18 @@ def _stored(settings: HsiSettings) -> dict[str, Any]:
     try:
         with connect(settings.HSI_DUCKDB_PATH, read_only=True) as conn:
             trust = recent_trust(conn)
+            corrections = {"per_camera": correction_counts(conn), "refused": refusal_counts(conn)}
             if not mqtt_outbox.outbox_exists(conn):
-                return {"publisher": None, "cameras": [], "backlog": {}, "frigate_writeback": {}, "trust": trust}
+                return {
+                    "publisher": None,
+                    "cameras": [],
+                    "backlog": {},
+                    "frigate_writeback": {},
+                    "trust": trust,
+                    "corrections": corrections,
+                }
             return {
+                "corrections": corrections,
                 "publisher": mqtt_outbox.publisher_state(conn),
                 "cameras": mqtt_outbox.last_publish_per_camera(conn),
                 "backlog": mqtt_outbox.backlog(conn),
@@ -96,6 +106,15 @@ def _print_text(status: dict[str, Any], settings: HsiSettings) -> None:
         print(
             f"{mark}model trust {row['model_trust']} for {row['model'] or 'unknown model'} ({row['trust_reason']}):"
             f" {row['verdicts']} of the latest verdicts, last {row['last_at']}"
+        )
+    corrections = status.get("corrections") or {}
+    for camera, ways in sorted((corrections.get("per_camera") or {}).items()):
+        text = ", ".join(f"{count} {way}" for way, count in sorted(ways.items()))
+        print(f"corrections {camera}: {sum(ways.values())} verdicts corrected ({text})")
+    for row in corrections.get("refused") or []:
+        print(
+            f"corrections refused ({row['source']}, {row['field']}): {row['refused']}, last {row['last_at']}:"
+            f" {row['last_reason']}"
         )
     if status["frigate_writeback"]:
         counts = ", ".join(f"{count} {state}" for state, count in status["frigate_writeback"].items())

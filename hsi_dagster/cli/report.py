@@ -18,6 +18,7 @@ from hsi_dagster.storage.reports import ReportRow, report_rows
 LEVEL_ORDER = ("critical", "high", "medium", "low")
 VERDICT_STATUSES = ("ok", "floor_only")
 REASON_CHARS = 110
+CORRECTION_WAYS = ("lower", "higher", "confirmed")  # core/outbound/corrections.py direction
 
 
 def who_decided(row: ReportRow) -> str:
@@ -60,6 +61,10 @@ def format_report(rows: list[ReportRow], batch_count: int, *, top: int = 2) -> s
         fast = sum(1 for r in items if r.close_reason == "fast_path")
         detections = sum(r.detection_count or 0 for r in items)
         lines.append(f"{camera}: {len(items)} batches ({fast} fast path), {detections} detections; {level_text}")
+        corrected = [r.corrected for r in items if r.corrected]
+        if corrected:
+            ways = ", ".join(f"{corrected.count(way)} {way}" for way in CORRECTION_WAYS if way in corrected)
+            lines.append(f"  corrected by the household: {len(corrected)} verdicts ({ways})")
         for r in sorted(assessed, key=lambda r: -(r.risk_score or 0))[:top]:
             lines.append(f"  [{r.risk_level:>8} {r.risk_score:>3}] {r.summary}")
             if who_decided(r):

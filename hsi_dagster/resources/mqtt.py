@@ -11,10 +11,12 @@ publishes `offline` only if no new connection resumes the session within the del
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -41,12 +43,55 @@ class MqttRefused(MqttError):
     """The broker answered and refused the connection (credentials, authorisation, client id)."""
 
 
-class MqttSession:
-    """One connected client; `publish` returns how many of the messages were acknowledged, in order."""
+@dataclass(frozen=True)
+class Received:
+    """A message the session's subscription delivered; acknowledged only by `MqttSession.ack` (after it is stored)."""
 
-    def __init__(self, client: Any, timeout_seconds: float) -> None:
+    topic: str
+    payload: bytes
+    mid: int
+    qos: int
+    retain: bool
+
+
+class MqttSession:
+    """One connected client; `publish` returns how many of the messages were acknowledged, in order. The
+    publisher's session also receives: what its subscriptions deliver waits in `inbox` until `received` takes it."""
+
+    def __init__(self, client: Any, timeout_seconds: float, inbox: queue.Queue[Received] | None = None) -> None:
         self.client = client
         self.timeout_seconds = timeout_seconds
+        self.inbox: queue.Queue[Received] = inbox if inbox is not None else queue.Queue()
+
+    def subscribe(self, topic_filter: str) -> bool:
+        """Subscribe with QoS 1 and wait for the SUBACK (False when none came within the timeout). Messages the
+        broker queued for the session arrive before the SUBACK, so they are in `inbox` once it returns True."""
+        from paho.mqtt.subscribeoptions import SubscribeOptions
+
+        answered = threading.Event()
+        self.client.on_subscribe = lambda client, userdata, mid, codes, properties: answered.set()
+        # never the retained messages at subscribe: a retained command would be applied again at every tick
+        options = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+        result, _ = self.client.subscribe(topic_filter, options=options)
+        return result == 0 and answered.wait(self.timeout_seconds)
+
+    def received(self, wait_seconds: float = 0.0, limit: int = 1000) -> list[Received]:
+        """What arrived so far (at most `limit`), waiting up to `wait_seconds` for the first one."""
+        taken: list[Received] = []
+        try:
+            taken.append(self.inbox.get(timeout=wait_seconds) if wait_seconds > 0 else self.inbox.get_nowait())
+            while len(taken) < limit:
+                taken.append(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+        return taken
+
+    def ack(self, messages: Sequence[Received]) -> None:
+        """Acknowledge messages once they are stored: one never acknowledged is redelivered when the session
+        resumes (the next tick)."""
+        for message in messages:
+            if message.qos > 0:
+                self.client.ack(message.mid, message.qos)
 
     def publish(self, messages: Sequence[Message]) -> int:
         """Publish with QoS 1 and wait for the PUBACKs (at most MAX_IN_FLIGHT outstanding); the count of messages
@@ -137,7 +182,13 @@ class MqttPublisherResource(dg.ConfigurableResource):
     def _client(self, client_id: str, *, with_will: bool) -> Any:
         will = MqttWill(self.topics.availability, NOT_AVAILABLE, self.will_delay_seconds) if with_will else None
         client = mqtt_client(
-            client_id, username=self.username, password=self.password, tls=self.tls, ca_file=self.ca_file, will=will
+            client_id,
+            username=self.username,
+            password=self.password,
+            tls=self.tls,
+            ca_file=self.ca_file,
+            will=will,
+            manual_ack=with_will,  # the publisher's session acknowledges a correction once it is stored
         )
         client.max_inflight_messages_set(MAX_IN_FLIGHT)
         client.reconnect_delay_set(1, 5)
@@ -188,10 +239,15 @@ class MqttPublisherResource(dg.ConfigurableResource):
 
     @contextmanager
     def session(self) -> Iterator[MqttSession]:
-        """The publisher's session: `online` retained on entry, the will armed for when the ticks stop."""
+        """The publisher's session: `online` retained on entry, the will armed for when the ticks stop. Messages for
+        its subscriptions (the correction commands) are collected from the CONNACK on, before anyone asks."""
         client = self._client(self.client_id, with_will=True)
+        inbox: queue.Queue[Received] = queue.Queue()
+        client.on_message = lambda client, userdata, message: inbox.put(
+            Received(message.topic, bytes(message.payload), message.mid, message.qos, bool(message.retain))
+        )
         self._connect(client, resume_session=True)
-        session = MqttSession(client, self.connect_timeout_seconds)
+        session = MqttSession(client, self.connect_timeout_seconds, inbox)
         try:
             session.publish([Message(self.topics.availability, AVAILABLE.encode(), retain=True)])
             yield session

@@ -63,6 +63,10 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     PARTITION_RETENTION_DAYS: float
     MQTT_PUBLISH: bool
     FRIGATE_WRITEBACK: str
+    # The household's corrections (issue 38): the MQTT bound per camera, the exceptions' rule
+    CORRECTIONS_PER_CAMERA_PER_HOUR: int
+    HOUSEHOLD_EXCEPTION_MIN_CORRECTIONS: int
+    HOUSEHOLD_EXCEPTION_DAYS: float
     # Enrichment, prompt and budget (CTX_SIZE / PARALLEL: the per-slot context when the server cannot be asked)
     ENRICHMENT_QUALITY_LEVEL: str
     CLIP_NOISE_THRESHOLD: float

@@ -9,6 +9,8 @@ outbox commit; such a repeat carries the same `event_id`. The Dagster cursor sho
 A tick reads its work in one short database connection, talks to the broker without holding the database, and
 records each group of acknowledged units in one transaction. Nothing here raises: a broker, database or payload
 problem is logged, recorded for `hsi mqtt status`, and retried at the next tick.
+
+The same session takes the household's corrections from `<prefix>/+/correction` (sensors/correction_commands.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from hsi_dagster.core.outbound.mqtt_messages import (
 )
 from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.resources.mqtt import MqttError, MqttPublisherResource
+from hsi_dagster.sensors.correction_commands import CommandReport, take_commands
 from hsi_dagster.sensors.default_status import default_status_when
 from hsi_dagster.storage import mqtt_outbox
 
@@ -51,13 +54,18 @@ class PublishReport:
     states: int = 0
     pending: int = 0
     error: str | None = None
+    commands: CommandReport = field(default_factory=CommandReport)  # the household's corrections taken this tick
 
     def summary(self) -> str:
         if self.error:
-            return f"not published: {self.error}; {self.pending} verdicts/alerts wait for the next tick"
+            return (
+                f"not published: {self.error}; {self.pending} verdicts/alerts wait for the next tick"
+                + self.commands.summary()
+            )
         return (
             f"{self.units} verdicts/alerts published ({self.events} events, {self.states} states); discovery sent for "
             f"{len(self.discovered)} cameras, removed for {len(self.removed)}; {self.pending} still pending"
+            + self.commands.summary()
         )
 
 
@@ -119,8 +127,10 @@ def publish_pending(
     configured_cameras: Sequence[str] | None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     limit: int = MAX_VERDICTS_PER_TICK,
+    corrections_per_hour: int = 20,
 ) -> PublishReport:
-    """One tick's work (see the module docstring); `configured_cameras` None = every camera with a verdict."""
+    """One tick's work (see the module docstring); `configured_cameras` None = every camera with a verdict. The
+    household's corrections the session received are stored first and after (sensors/correction_commands.py)."""
     report = PublishReport()
     topics = mqtt.topics
     with database.get_connection() as conn:
@@ -129,6 +139,8 @@ def publish_pending(
     try:
         with mqtt.session() as session:
             report.connected = True
+            if session.subscribe(topics.corrections):  # what was queued since the last tick is in by the SUBACK
+                take_commands(session, database, topics, corrections_per_hour, now, report.commands)
             for camera_id, messages, digest in work.discovery:
                 if session.publish(messages) < len(messages):
                     raise MqttError(f"the broker stopped acknowledging (discovery of {camera_id})")
@@ -163,6 +175,7 @@ def publish_pending(
                 report.states += sum(1 for u in done if "state" in u.sent.split("+"))
                 if len(done) < len(group):
                     raise MqttError("the broker stopped acknowledging; the rest waits for the next tick")
+            take_commands(session, database, topics, corrections_per_hour, now, report.commands)
     except MqttError as exc:
         report.error = str(exc)
     report.pending -= report.units
@@ -187,12 +200,30 @@ def verdict_publisher_sensor(
     if not mqtt.enabled:
         return dg.SkipReason("MQTT_PUBLISH is off")
     try:
-        profiles = pipeline_settings.camera_profiles() if pipeline_settings.get().CAMERA_CONTEXT_PATH else None
-        report = publish_pending(duckdb, mqtt, sorted(profiles) if profiles is not None else None)
+        settings = pipeline_settings.get()
+        profiles = pipeline_settings.camera_profiles() if settings.CAMERA_CONTEXT_PATH else None
+        report = publish_pending(
+            duckdb,
+            mqtt,
+            sorted(profiles) if profiles is not None else None,
+            corrections_per_hour=settings.CORRECTIONS_PER_CAMERA_PER_HOUR,
+        )
     except Exception as exc:  # a database, settings or profile problem: said, and retried at the next tick
         context.log.error(f"verdict publisher: {type(exc).__name__}: {exc}")
         return dg.SkipReason(f"verdict publisher failed: {type(exc).__name__}: {exc}")
     if report.error:
         context.log.warning(f"verdict publisher: {report.error}")
-    context.update_cursor(json.dumps({"published": report.units, "pending": report.pending, "error": report.error}))
+    for refused in report.commands.refused[:20]:
+        context.log.warning(f"correction refused: {refused}")
+    context.update_cursor(
+        json.dumps(
+            {
+                "published": report.units,
+                "pending": report.pending,
+                "error": report.error,
+                "corrections": report.commands.stored,
+                "corrections_refused": len(report.commands.refused),
+            }
+        )
+    )
     return dg.SkipReason(report.summary())

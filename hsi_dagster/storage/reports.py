@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import duckdb
 
+from hsi_dagster.storage.corrections import corrections_stored
+
 
 class ReportRow(NamedTuple):
     """One batch of the report; the batch and assessment fields are None when not recorded or not assessed."""
@@ -32,19 +34,26 @@ class ReportRow(NamedTuple):
     model_trust: int | None = None  # the trust that applied
     trust_reason: str | None = None  # why that trust ("measured trust 0", "MODEL_TRUST=2", the default's reason)
     trust_source: str | None = None  # measured | setting | default
+    corrected: str | None = None  # which way the household's latest correction went (lower, higher, confirmed)
 
 
 def report_rows(conn: duckdb.DuckDBPyConnection, batch_ids: list[str]) -> list[ReportRow]:
     """Each of `batch_ids` with its batch and assessment, by camera and start time; read-only."""
     if not batch_ids:
         return []
+    corrected = (
+        "SELECT batch_id, arg_max(direction, received_at) AS corrected FROM corrections GROUP BY batch_id"
+        if corrections_stored(conn)
+        else "SELECT NULL::VARCHAR AS batch_id, NULL::VARCHAR AS corrected WHERE false"
+    )
     rows = conn.execute(
-        """WITH ids AS (SELECT unnest(?::VARCHAR[]) AS batch_id)
+        f"""WITH ids AS (SELECT unnest(?::VARCHAR[]) AS batch_id), corrected AS ({corrected})
            SELECT i.batch_id, b.camera_id, b.close_reason, b.detection_count, r.status, r.risk_score, r.risk_level,
                   r.summary, r.prompt_tokens, r.cached_tokens, r.context_utilization, r.latency_ms, r.sections_removed,
                   r.model_score, r.floor_score, r.floor_reasons, r.decided_by, r.model_level, r.model_trust,
-                  r.trust_reason, r.trust_source
+                  r.trust_reason, r.trust_source, c.corrected
            FROM ids i LEFT JOIN detection_batches b USING (batch_id) LEFT JOIN risk_assessments r USING (batch_id)
+               LEFT JOIN corrected c USING (batch_id)
            ORDER BY b.camera_id, b.started_at""",
         [batch_ids],
     ).fetchall()

@@ -367,6 +367,41 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        38,  # issue 38's number: migrations are numbered ahead, by issue
+        "household corrections of stored verdicts",
+        # storage/corrections.py: one row per correction (CLI, MQTT, Dagster), keyed by the batch, the verdict it
+        # corrects (its assessed_at) and the level, so the same correction twice is one row and a batch assessed
+        # again keeps the correction of the verdict it named; refusals counted per source and field (bounded);
+        # storage/exceptions.py: the household exceptions removed by hand (`hsi exceptions remove`).
+        """
+        CREATE TABLE IF NOT EXISTS corrections (
+            correction_key VARCHAR PRIMARY KEY,
+            batch_id VARCHAR NOT NULL,
+            camera_id VARCHAR NOT NULL,
+            level VARCHAR NOT NULL,
+            direction VARCHAR NOT NULL,
+            verdict_level VARCHAR,
+            verdict_score INTEGER,
+            verdict_assessed_at TIMESTAMPTZ NOT NULL,
+            source VARCHAR NOT NULL,
+            note VARCHAR,
+            received_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS correction_refusals (
+            source VARCHAR NOT NULL,
+            field VARCHAR NOT NULL,
+            refused BIGINT NOT NULL,
+            last_reason VARCHAR NOT NULL,
+            last_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (source, field)
+        );
+        CREATE TABLE IF NOT EXISTS exception_removals (
+            pattern_key VARCHAR PRIMARY KEY,
+            removed_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
+    (
         40,  # issue 40's number: migrations are numbered ahead, by issue
         "Frigate's evidence: re-judgements (a late description joined a batch) and Frigate's review items",
         # storage/frigate.py asks for re-judgements; storage/pipeline_tables.unassessed_batches lists the batch again

@@ -30,6 +30,9 @@ COMMANDS = (
     "eval",
     "frigate",
     "mqtt",
+    "correct",
+    "corrections",
+    "exceptions",
 )
 
 

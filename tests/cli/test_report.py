@@ -232,3 +232,21 @@ def test_the_report_warns_when_the_trust_was_not_measured(db: Path) -> None:
         "WARNING unmeasured model trust: the server that answered (http://gpu:8080) did not report its model: "
         "stated default trust 2 (run `hsi eval`)"
     ) in report
+
+
+def test_report_shows_per_camera_how_many_verdicts_were_corrected_and_which_way(db: Path) -> None:
+    from hsi_dagster.core.outbound.corrections import check_request
+    from hsi_dagster.storage.corrections import correct
+
+    with connect(db) as conn:
+        correct(conn, check_request("b_fd1", "low", "the neighbour", source="cli"), T0)  # high -> low
+        correct(conn, check_request("b_fd3", "high", source="mqtt"), T0)  # low -> high, then changed to critical
+        correct(conn, check_request("b_fd3", "critical", source="mqtt"), T0 + timedelta(seconds=1))
+        correct(conn, check_request("b_g1", "medium", source="dagster"), T0)  # confirmed
+    with connect(db, read_only=True) as conn:
+        lines = build_report(conn, ALL_IDS).splitlines()
+    front = lines.index("front_door: 3 batches (1 fast path), 6 detections; 1 critical, 1 high, 1 low")
+    assert lines[front + 1] == "  corrected by the household: 2 verdicts (1 lower, 1 higher)"
+    garage = lines.index("garage: 2 batches (0 fast path), 3 detections; 1 medium")
+    assert lines[garage + 1] == "  corrected by the household: 1 verdicts (1 confirmed)"
+    assert not any("corrected" in line for line in lines[:front])  # backyard: none

@@ -107,7 +107,7 @@ def test_discovery_state_and_one_event_per_high_or_critical_verdict(
         threat = json.loads(configs[f"homeassistant/binary_sensor/hsi_{camera}/threat/config"])
         assert (threat["payload_on"], threat["payload_off"], threat["device_class"]) == ("ON", "OFF", "safety")
         ids = {json.loads(configs[t])["unique_id"] for t in configs if f"/hsi_{camera}/" in t}
-        assert len(ids) == 4
+        assert len(ids) == 6  # 4 entities, 2 correction buttons
     assert retained(broker, "hsi/availability") == {"hsi/availability": b"online"}
 
     # retained state per camera: the newest verdict
@@ -287,7 +287,7 @@ def test_a_camera_removed_from_the_configuration_loses_its_entities(
     assert not [t for t in left if "door" in t], left
     assert "homeassistant/sensor/hsi_yard/risk_level/config" in left
     empties = [m.topic for m in recorder.messages if "hsi_door" in m.topic and m.payload == b""]
-    assert len(empties) == 4  # an empty config: Home Assistant removes the entity
+    assert len(empties) == 6  # an empty config: Home Assistant removes the entity (4 entities, 2 buttons)
 
 
 def test_untrusted_camera_names_and_an_oversized_summary_never_break_a_tick(

@@ -4,8 +4,11 @@ Topics (prefix MQTT_TOPIC_PREFIX, default `hsi`; discovery prefix MQTT_DISCOVERY
 - `<prefix>/availability`: `online` / `offline`, retained; `offline` is the connection's last will.
 - `<prefix>/<camera>/state`: retained JSON of the camera's latest verdict (level, score, summary, reasons, batch).
 - `<prefix>/<camera>/event`: not retained; one JSON per high/critical verdict and per evidence-only alert.
-- `<discovery>/{sensor,binary_sensor}/hsi_<camera>/<entity>/config`: retained Home Assistant discovery, one device
-  per camera (risk level, risk score, last summary, threat); an empty retained payload removes an entity.
+- `<discovery>/{sensor,binary_sensor,button}/hsi_<camera>/<entity>/config`: retained Home Assistant discovery, one
+  device per camera (risk level, risk score, last summary, threat; buttons "False alarm" and "Real threat"); an empty
+  retained payload removes an entity.
+- `<prefix>/<camera>/correction`: the household's corrections in (core/outbound/corrections.py), JSON
+  `{"batch_id", "level", "note"}`; the buttons send `"batch_id": "latest"` (the camera's newest verdict).
 
 Camera names are untrusted text: `camera_key` makes the topic level and the ids safe (see there), and every text
 field goes through `clean_text` (no lone surrogates, no control characters, cut to a bound), so a payload is
@@ -16,8 +19,9 @@ https://www.home-assistant.io/integrations/binary_sensor.mqtt/, https://www.home
 "MQTT Discovery"): `unique_id`, `name`, `state_topic`, `value_template`, `json_attributes_topic`,
 `availability_topic` / `payload_available` / `payload_not_available`, `device` (`identifiers`, `name`,
 `manufacturer`, `model`), `origin` (`name`), `qos`; sensor `device_class: enum` with `options`, sensor
-`state_class: measurement`; binary sensor `payload_on` / `payload_off` and `device_class: safety` (on = unsafe). A
-sensor's state is at most 255 characters in Home Assistant, so the summary entity gets the summary cut to that.
+`state_class: measurement`; binary sensor `payload_on` / `payload_off` and `device_class: safety` (on = unsafe); button
+(https://www.home-assistant.io/integrations/button.mqtt/) `command_topic`, `payload_press`, `retain`. A sensor's
+state is at most 255 characters in Home Assistant, so the summary entity gets the summary cut to that.
 """
 
 from __future__ import annotations
@@ -144,6 +148,14 @@ class Topics:
 
     def event(self, camera: CameraKey) -> str:
         return f"{self.prefix}/{camera.slug}/event"
+
+    def correction(self, camera: CameraKey) -> str:
+        return f"{self.prefix}/{camera.slug}/correction"
+
+    @property
+    def corrections(self) -> str:
+        """The subscription of every camera's command topic."""
+        return f"{self.prefix}/+/correction"
 
     def discovery(self, component: str, camera: CameraKey, entity: str) -> str:
         return f"{self.discovery_prefix}/{component}/hsi_{camera.slug}/{entity}/config"
@@ -310,8 +322,23 @@ _ENTITIES = (
 )
 
 
+# The buttons act on the camera's latest verdict: "latest" is resolved when the correction arrives (the verdict
+# publisher's session, sensors/correction_commands.py).
+_BUTTONS = (
+    ("false_alarm", "False alarm", "low"),
+    ("real_threat", "Real threat", "high"),
+)
+
+
+def button_press(level: str, name: str) -> str:
+    return json.dumps(
+        {"batch_id": "latest", "level": level, "note": f"Home Assistant button: {name}"}, separators=(",", ":")
+    )
+
+
 def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
-    """The retained discovery configs of one camera's device (4 entities)."""
+    """The retained discovery configs of one camera's device (4 entities that show the verdict, 2 buttons that
+    correct the latest one)."""
     device = {
         "identifiers": [f"hsi_{camera.slug}"],
         "name": f"hsi {camera.name}",
@@ -334,6 +361,22 @@ def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
             **entity.extra,
         }
         topic = topics.discovery(entity.component, camera, entity.entity)
+        messages.append(Message(topic, encode(config), retain=True, camera_id=camera.camera_id))
+    for button, name, level in _BUTTONS:
+        config = {
+            "name": name,
+            "unique_id": f"hsi_{camera.slug}_{button}",
+            "command_topic": topics.correction(camera),
+            "payload_press": button_press(level, name),
+            "retain": False,
+            "availability_topic": topics.availability,
+            "payload_available": AVAILABLE,
+            "payload_not_available": NOT_AVAILABLE,
+            "device": device,
+            "origin": {"name": MANUFACTURER},
+            "qos": 1,
+        }
+        topic = topics.discovery("button", camera, button)
         messages.append(Message(topic, encode(config), retain=True, camera_id=camera.camera_id))
     return messages
 

@@ -106,17 +106,29 @@ def test_reasons_are_read_leniently() -> None:
     assert len(reasons_from(json.dumps([f"r{i}" for i in range(50)]))) == 10
 
 
-def test_discovery_has_four_entities_per_camera_with_home_assistants_fields() -> None:
+def test_discovery_has_four_entities_and_two_correction_buttons_per_camera_with_home_assistants_fields() -> None:
     messages = discovery_messages(camera_key("yard"), TOPICS)
     assert [m.topic for m in messages] == [
         "homeassistant/sensor/hsi_yard/risk_level/config",
         "homeassistant/sensor/hsi_yard/risk_score/config",
         "homeassistant/sensor/hsi_yard/last_summary/config",
         "homeassistant/binary_sensor/hsi_yard/threat/config",
+        "homeassistant/button/hsi_yard/false_alarm/config",
+        "homeassistant/button/hsi_yard/real_threat/config",
     ]
     assert all(m.retain for m in messages)
     configs = [json.loads(m.payload) for m in messages]
-    for config in configs:
+    buttons = configs[4:]
+    for button, level in zip(buttons, ("low", "high"), strict=True):
+        # Home Assistant's MQTT button: a command topic and the payload a press sends; no state topic
+        assert button["command_topic"] == "hsi/yard/correction" and "state_topic" not in button
+        assert json.loads(button["payload_press"]) == {
+            "batch_id": "latest",
+            "level": level,
+            "note": f"Home Assistant button: {button['name']}",
+        }
+        assert button["retain"] is False and button["device"]["identifiers"] == ["hsi_yard"]
+    for config in configs[:4]:
         assert {"name", "unique_id", "state_topic", "availability_topic", "device", "qos"} <= set(config)
         assert config["device"]["identifiers"] == ["hsi_yard"]
     assert configs[0]["options"] == ["low", "medium", "high", "critical"] and configs[0]["device_class"] == "enum"
