@@ -47,10 +47,8 @@ def fast_path_floor_of(tmp_path, lines: list[str]):
             assets = [detection_batches, enriched_contexts]
             assert dg.materialize(assets, partition_key=key, instance=instance, resources=res).success
     with connect(db) as conn:
-        (fast,) = [
-            row[0]
-            for row in conn.execute("SELECT batch_id FROM detection_batches WHERE close_reason = 'fast_path'").fetchall()
-        ]
+        query = "SELECT batch_id FROM detection_batches WHERE close_reason = 'fast_path'"
+        (fast,) = [row[0] for row in conn.execute(query).fetchall()]
         return batch_floor(conn, fast, "back", load_settings("/dev/null"), {})[0]
 
 

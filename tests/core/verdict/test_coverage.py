@@ -18,7 +18,8 @@ def test_no_profile_names_the_zone_rules_and_the_time_zone():
     assert "they need an action or violence model" in text  # Frigate sends none
     assert "hsi frigate profiles --out cameras.yaml" in text and "(street, driveway)" in text
     with_gateway = camera_coverage("driveway", None, ["street"], vision_models=True)
-    assert with_gateway is not None and any("gateway's action and violence readings" in line for line in with_gateway.detects)
+    assert with_gateway is not None
+    assert any("gateway's action and violence readings" in line for line in with_gateway.detects)
 
 
 def test_a_camera_without_zones_is_told_to_draw_them_first():
