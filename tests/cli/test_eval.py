@@ -61,6 +61,26 @@ def test_floor_only_needs_no_server_and_reports_each_split(
     assert "--floor-only runs no model" in capsys.readouterr().err
 
 
+def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    assert main(["eval", "--db", str(db), "--floor-only", "--scenario", "s001", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "45 labeled scenes from" in printed and "0 batches no scene covers" in printed
+    assert "frigate.floor.full: no server" in printed and "  f038 holdout knife_night" in printed
+    assert "    holdout: 22 scenarios, level accuracy" in printed and "    tune: 23 scenarios" in printed
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| holdout | frigate.floor.full |" in report and "| floor.full |" not in report  # one set per report
+    with connect(str(db), read_only=True) as conn:
+        assert [r.scenario_id for r in load_results(conn, "floor.full")] == ["s001"]  # the project's rows kept
+        assert len(load_results(conn, "frigate.floor.full")) == 45
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--limit", "3"]) == 2
+    assert "leave out --scenarios and --limit" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 def test_eval_writes_report_and_charts(
