@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from hsi_dagster.settings import HsiSettings
 
 if TYPE_CHECKING:
+    from hsi_dagster.core.context.camera_profiles import CameraProfile
     from hsi_dagster.core.evaluation.metrics import ScenarioResult
     from hsi_dagster.evaluation.configurations import EvalConfiguration
     from hsi_dagster.evaluation.frigate_set import FrigateScenarios
@@ -79,6 +80,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         default="project",
         help="labeled set: the project's (default) or the Frigate-shaped one (MQTT payloads through the real Frigate "
         "mapping and batching, no camera profiles; judged per scene by its highest batch)",
+    )
+    parser.add_argument(
+        "--camera-profiles",
+        metavar="FILE",
+        help="with --set frigate: camera profiles for its cameras (e.g. what `hsi frigate profiles` proposes); "
+        "stored as frigate.profiles.<...> beside the runs without (default: none, as a new Frigate user)",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default {DEFAULT_OUT})")
 
@@ -161,7 +168,19 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give at least 1")
     frigate: FrigateScenarios | None = None
+    profiles: dict[str, CameraProfile] | None = None
+    if args.camera_profiles and args.set != "frigate":
+        raise UsageError("--camera-profiles goes with --set frigate (the project's set has its own profiles)")
     if args.set == "frigate":
+        profiles = {}
+        if args.camera_profiles:
+            from hsi_dagster.core.context.camera_profiles import CameraProfileError
+            from hsi_dagster.settings import load_camera_profiles
+
+            try:
+                profiles = load_camera_profiles(args.camera_profiles)
+            except CameraProfileError as exc:
+                raise UsageError(str(exc)) from None
         if args.scenarios or args.limit is not None:
             raise UsageError("--set frigate is the stored Frigate-shaped set: leave out --scenarios and --limit")
         from hsi_dagster.evaluation.frigate_set import frigate_scenarios
@@ -200,7 +219,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    configurations = for_set(configurations, "frigate" if frigate is not None else "")
+    prefix = "" if frigate is None else "frigate.profiles" if args.camera_profiles else "frigate"
+    configurations = for_set(configurations, prefix)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
@@ -236,7 +256,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
                 settings,
                 duckdb,
                 on_result=show,
-                profiles={} if frigate is not None else None,
+                profiles=profiles,
                 combine=frigate.combine_by_scene if frigate is not None else None,
             )
         except LlamaServerError as exc:

@@ -10,6 +10,7 @@ import pytest
 from hsi_dagster.cli.main import main
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import load_results
+from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR
 from tests.support.llm_fixtures import RunningLlama
 
 
@@ -79,6 +80,24 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
         assert len(load_results(conn, "frigate.floor.full")) == 45
     assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--limit", "3"]) == 2
     assert "leave out --scenarios and --limit" in capsys.readouterr().err
+    assert main(["eval", "--db", str(db), "--floor-only", "--camera-profiles", "x.yaml"]) == 2
+    assert "--camera-profiles goes with --set frigate" in capsys.readouterr().err
+
+
+def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
+    config = str(FRIGATE_EVAL_DIR / "frigate.yml")
+    assert main(["frigate", "profiles", "--frigate-config", config, "--out", str(profiles)]) == 0
+    argv = ["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--split", "holdout", "--out", str(tmp_path)]
+    assert main([*argv, "--camera-profiles", str(profiles)]) == 0
+    printed = capsys.readouterr().out
+    assert "frigate.profiles.floor.full: no server" in printed
+    # a stranger at the door at night: raised with the proposed profiles (entry zone `porch`)
+    assert "  f025 holdout stranger_door_overlap_night  expected high     got high" in printed
+    with connect(str(db), read_only=True) as conn:
+        assert len(load_results(conn, "frigate.profiles.floor.full")) == 22
+    assert main([*argv, "--camera-profiles", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
 
 
 @pytest.mark.slow
