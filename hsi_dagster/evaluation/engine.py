@@ -200,7 +200,7 @@ def evaluate_and_store(
     concurrency: int | None = None,
     deadline: float | None = None,
     profiles: Mapping[str, CameraProfile] | None = None,
-    combine: Callable[[list[ScenarioResult]], list[ScenarioResult]] | None = None,
+    combine: Callable[[str, list[ScenarioResult]], list[ScenarioResult]] | None = None,
 ) -> StoredRun:
     """Run one pass, store each result as it comes (short connections: none is held across an LLM call), then the
     figures of each configuration it yields and their kappa against every other stored configuration.
@@ -238,7 +238,7 @@ def evaluate_and_store(
         if target is not None and target is not llm:
             target.teardown_after_execution(dg.build_init_resource_context())
     if combine is not None:
-        run.results = {name: combine(results) for name, results in run.results.items()}
+        run.results = {name: combine(name, results) for name, results in run.results.items()}
     figures: dict[str, ConfigurationFigures] = {}
     with duckdb.get_connection() as conn:
         for name, results in run.results.items():

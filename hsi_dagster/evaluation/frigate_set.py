@@ -56,7 +56,7 @@ class FrigateScenarios:
         """What a pass runs: every batch, matched or not (so an unmatched batch's verdict can be reported)."""
         return [*self.scenarios, *self.unmatched]
 
-    def combine_by_scene(self, results: Sequence[ScenarioResult]) -> list[ScenarioResult]:
+    def combine_by_scene(self, configuration: str, results: Sequence[ScenarioResult]) -> list[ScenarioResult]:
         """One result per scene, in scene order: its batch with the highest stored score (a batch without a verdict
         counts below any verdict); a scene without a batch: status `no_batch` (no verdict: a miss)."""
         by_scene: dict[str, list[ScenarioResult]] = {}
@@ -64,11 +64,10 @@ class FrigateScenarios:
             scene_id = result.scenario_id.split(BATCH_SEPARATOR, 1)[0]
             by_scene.setdefault(scene_id, []).append(result)
         combined = []
-        name = results[0].configuration if results else ""
         for scene in self.scenes:
             members = by_scene.get(scene.scene_id, [])
             if not members:
-                combined.append(_no_batch(scene, name))
+                combined.append(_no_batch(scene, configuration))
                 continue
             best = max(
                 members, key=lambda r: (r.predicted is not None, r.risk_score if r.risk_score is not None else -1)

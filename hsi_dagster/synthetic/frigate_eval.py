@@ -10,7 +10,7 @@ the walkway) are both in `current_zones`. No hsi camera profile: what a new Frig
 
 Stored in `hsi_dagster/data/frigate_eval/`: `payloads.jsonl` (`topic payload` lines, as `mosquitto_sub -v` prints
 them and `hsi frigate import` reads them), `labels.jsonl` (one scene a line: camera, time span, level, band, reason,
-split) and `frigate.yml`. One `random.Random(seed)`, no clock: a test checks the stored files equal the generator's
+split) and `frigate.yaml`. One `random.Random(seed)`, no clock: a test checks the stored files equal the generator's
 output. Regenerate with `python -m hsi_dagster.synthetic.frigate_eval --write`.
 """
 
@@ -33,7 +33,7 @@ from hsi_dagster.synthetic.scenarios import LEVELS, SPLITS, split_for
 
 FRIGATE_EVAL_SEED = 4040
 FRIGATE_EVAL_DIR = Path(__file__).resolve().parents[1] / "data" / "frigate_eval"
-PAYLOADS_FILE, LABELS_FILE, CONFIG_FILE = "payloads.jsonl", "labels.jsonl", "frigate.yml"
+PAYLOADS_FILE, LABELS_FILE, CONFIG_FILE = "payloads.jsonl", "labels.jsonl", "frigate.yaml"
 FIRST_DAY = datetime(2026, 11, 20, tzinfo=UTC)  # one scene a day from here: Europe/London is UTC until late March
 MATCH_SLACK_S = 90.0  # a batch within this long after a scene's last object ended still belongs to it
 

@@ -86,7 +86,7 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
 
 def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
-    config = str(FRIGATE_EVAL_DIR / "frigate.yml")
+    config = str(FRIGATE_EVAL_DIR / "frigate.yaml")
     assert main(["frigate", "profiles", "--frigate-config", config, "--out", str(profiles)]) == 0
     argv = ["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--split", "holdout", "--out", str(tmp_path)]
     assert main([*argv, "--camera-profiles", str(profiles)]) == 0
@@ -136,3 +136,33 @@ def test_eval_writes_report_and_charts(
     assert (
         f"recommended trust {record['trust']}: stored: trust {record['trust']} for {record['fingerprint']}" in printed
     )
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_a_model_pass_on_the_frigate_set(
+    llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Frigate scene (the knife at the side gate: one batch, its review in the prompt) through the real server:
+    three configurations stored per scene under `frigate.`, no trust sweep stored from this set."""
+    monkeypatch.setenv("NEMOTRON_MAX_OUTPUT_TOKENS", "768")
+    monkeypatch.setenv("LLM_READ_TIMEOUT_SECONDS", "900")
+    monkeypatch.setenv("CTX_SIZE", "8192")
+    db = tmp_path / "e.duckdb"
+    code = main(
+        ["eval", "--db", str(db), "--set", "frigate", "--endpoint", llama_server.url, "--quality-level", "minimal"]
+        + ["--label", "smol", "--scenario", "f038", "--out", str(tmp_path / "report")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "  f038 holdout knife_night" in printed and "got critical" in printed  # the floor's weapon rule stands
+    with connect(str(db), read_only=True) as conn:
+        rows = {name: load_results(conn, name) for name in ("frigate.smol.minimal", "frigate.smol.minimal.with-floor")}
+        from hsi_dagster.storage.trust import measured_trust
+
+        assert measured_trust(conn) == []
+    assert [r.scenario_id for r in rows["frigate.smol.minimal"]] == ["f038"]
+    (stored,) = rows["frigate.smol.minimal.with-floor"]
+    assert stored.llm_calls >= 1 and stored.prompt_tokens > 0 and stored.risk_level == "critical"
+    report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert "| frigate.smol.minimal.with-floor |" in report and "| frigate.floor.minimal |" in report

@@ -98,14 +98,19 @@ def test_a_scene_is_judged_by_its_highest_batch(frigate: FrigateScenarios) -> No
     scenes = [s for s in frigate.scenes if s.scene_id in ("f028", "f029")]
     only = replace(frigate, scenes=scenes)
     combined = only.combine_by_scene(
-        [_result("f028.b1", 0, "low"), _result("f028.b2", 70, "high"), _result("f028.b3", None, None, "invalid")]
+        "frigate.floor.full",
+        [_result("f028.b1", 0, "low"), _result("f028.b2", 70, "high"), _result("f028.b3", None, None, "invalid")],
     )
     assert [(r.scenario_id, r.risk_level, r.risk_score) for r in combined] == [
         ("f028", "high", 70),
         ("f029", None, None),
     ]
     assert combined[0].summary == "3 batches, highest shown: s70"
-    assert combined[1].status == "no_batch" and combined[1].predicted is None  # no batch: a miss, never dropped
+    assert (
+        combined[1].status == "no_batch"
+        and combined[1].predicted is None
+        and combined[1].configuration == "frigate.floor.full"
+    )  # no batch: a miss, never dropped
 
 
 def test_floor_only_pass_on_a_real_duckdb(frigate: FrigateScenarios, settings: HsiSettings, tmp_path: Path) -> None:
