@@ -288,7 +288,18 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     with duckdb.get_connection(read_only=True) as conn:
         names = stored_configurations(conn)  # earlier runs in this database too: compare a model with a stored one
     names = [n for n in names if n.startswith("frigate.") == (frigate is not None)]  # one set per report
-    report = report_for(duckdb, names, f"{path.name} ({len(scenarios)} scenarios)", image_ref=place)
+    source = f"{path.name} ({len(scenarios)} scenarios)"
+    if frigate is not None:
+        stray = ", ".join(
+            f"{s.scenario_id} {s.camera_id} {s.batch['started_at']:%Y-%m-%d %H:%M:%S}" for s in frigate.unmatched
+        )
+        source = (
+            f"the Frigate-shaped set {path} ({len(frigate.scenes)} scenes, judged by their highest batch; "
+            f"{len(frigate.scenarios)} batches in scenes; {len(frigate.unmatched)} batches no scene covers"
+            + (f": {stray}" if stray else "")
+            + ")"
+        )
+    report = report_for(duckdb, names, source, image_ref=place)
     (out / "report.md").write_text(report, encoding="utf-8")
     print(f"report: {out / 'report.md'} (charts beside it); results in {settings.HSI_DUCKDB_PATH}")
     return 0

@@ -75,6 +75,7 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
     assert "    holdout: 22 scenarios, level accuracy" in printed and "    tune: 23 scenarios" in printed
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "| holdout | frigate.floor.full |" in report and "| floor.full |" not in report  # one set per report
+    assert "45 scenes, judged by their highest batch; 57 batches in scenes; 0 batches no scene covers)" in report
     with connect(str(db), read_only=True) as conn:
         assert [r.scenario_id for r in load_results(conn, "floor.full")] == ["s001"]  # the project's rows kept
         assert len(load_results(conn, "frigate.floor.full")) == 45
