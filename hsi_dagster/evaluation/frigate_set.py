@@ -9,8 +9,8 @@ what a new Frigate user has.
 Each produced batch is matched to the labeled scene of its camera whose time span it falls in
 (`SceneLabel.covers`) and becomes one `Scenario` (`<scene>.b<n>`) carrying that scene's label. A scene is judged by
 its batches' HIGHEST stored level (`combine_by_scene`: a household is told once, by the loudest batch); a scene that
-produced no batch is a result without a verdict (a miss), and a batch no scene covers is reported as `unmatched`, never
-dropped silently.
+produced no batch (or none of whose batches ran before a deadline) is a result without a verdict (a miss), and a
+batch no scene covers is reported as `unmatched`, never dropped silently.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class FrigateScenarios:
         for scene in self.scenes:
             members = by_scene.get(scene.scene_id, [])
             if not members:
-                combined.append(_no_batch(scene, configuration))
+                combined.append(_no_batch(scene, configuration, bool(self.batches_by_scene.get(scene.scene_id))))
                 continue
             best = max(
                 members, key=lambda r: (r.predicted is not None, r.risk_score if r.risk_score is not None else -1)
@@ -77,7 +77,7 @@ class FrigateScenarios:
         return combined
 
 
-def _no_batch(scene: SceneLabel, configuration: str) -> ScenarioResult:
+def _no_batch(scene: SceneLabel, configuration: str, had_batches: bool) -> ScenarioResult:
     return ScenarioResult(
         configuration=configuration,
         scenario_id=scene.scene_id,
@@ -86,8 +86,8 @@ def _no_batch(scene: SceneLabel, configuration: str) -> ScenarioResult:
         band_low=scene.score_band[0],
         band_high=scene.score_band[1],
         adversarial=scene.adversarial,
-        status="no_batch",
-        error="the scene's payloads produced no batch",
+        status="not_run" if had_batches else "no_batch",
+        error="none of the scene's batches was run" if had_batches else "the scene's payloads produced no batch",
         split=scene.split,
     )
 

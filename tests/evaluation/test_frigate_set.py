@@ -96,7 +96,7 @@ def _result(scenario_id: str, score: int | None, level: str | None, status: str 
 
 def test_a_scene_is_judged_by_its_highest_batch(frigate: FrigateScenarios) -> None:
     scenes = [s for s in frigate.scenes if s.scene_id in ("f028", "f029")]
-    only = replace(frigate, scenes=scenes)
+    only = replace(frigate, scenes=scenes, batches_by_scene={"f028": ["b1", "b2", "b3"]})
     combined = only.combine_by_scene(
         "frigate.floor.full",
         [_result("f028.b1", 0, "low"), _result("f028.b2", 70, "high"), _result("f028.b3", None, None, "invalid")],
@@ -111,6 +111,9 @@ def test_a_scene_is_judged_by_its_highest_batch(frigate: FrigateScenarios) -> No
         and combined[1].predicted is None
         and combined[1].configuration == "frigate.floor.full"
     )  # no batch: a miss, never dropped
+    with_batches = replace(only, batches_by_scene={"f028": ["b1"], "f029": ["b1"]})
+    (_, not_run) = with_batches.combine_by_scene("frigate.floor.full", [_result("f028.b1", 0, "low")])
+    assert not_run.status == "not_run" and not_run.error == "none of the scene's batches was run"
 
 
 def test_floor_only_pass_on_a_real_duckdb(frigate: FrigateScenarios, settings: HsiSettings, tmp_path: Path) -> None:
