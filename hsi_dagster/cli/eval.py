@@ -7,6 +7,10 @@ per split (tune / holdout) and a comparison chart (PNG files beside it) into `--
 configurations from one model call per scenario: the model alone, the model raised to the evidence floor, the floor
 alone. `--floor-only` needs no server. The report covers every configuration stored in the database, so a model
 evaluated earlier (same --db) is compared with today's.
+
+`--set frigate` runs the Frigate-shaped set instead (evaluation/frigate_set.py: Frigate's MQTT payloads through the
+real mapping and batching, no camera profiles unless --camera-profiles; one result per scene, its highest batch),
+stored as `frigate.<configuration>` and reported apart from the project's set.
 """
 
 from __future__ import annotations
