@@ -9,6 +9,7 @@ How the labels were written: for each situation we asked "what would the househo
 their house?" and wrote the answer as a level and a reason in the household's words, before and without looking at
 the evidence floor's rules, its vocabulary or its output: low = nothing to do (we would not want to be told),
 medium = worth a look in the morning, high = we want a notification now, critical = wake us up / call someone.
+No label was changed after seeing the floor's output on the set.
 The band is the span of scores that household would accept for that level. A situation whose meaning only the
 GenAI description reveals (a parcel taken, car doors tried) is labeled by what happened, even though no structured
 field shows it; an adversarial description (text that tries to steer the verdict) is labeled by what the camera saw.
@@ -50,7 +51,7 @@ class Obj:
     zones: tuple[tuple[str, ...], ...]
     offset_s: float = 0.0
     gap_s: tuple[float, float] = (1.5, 3.5)
-    sub_label: tuple[str, float] | None = None
+    sub_label: tuple[str, float | None] | None = None
     identity_from: int = 1
     attributes: tuple[str, ...] = ()
     plate: tuple[str, float] | None = None
@@ -299,6 +300,7 @@ SITUATIONS: tuple[Situation, ...] = (
                 _PERSON,
                 (("patio",), ("back_step",), ("back_step",)),
                 description="A person in dark clothes stands at the back door and looks around the garden.",
+                description_delay_s=(45.0, 70.0),  # GenAI can answer a minute after the object ended
             ),
         ),
         Review("alert", 1, "An unidentified person stands at the back door at night."),
@@ -470,5 +472,26 @@ SITUATIONS: tuple[Situation, ...] = (
         ),
         Review("alert", 0, "A courier delivers a parcel."),
         adversarial=True,
+    ),
+    # -------------------------------------------------------------------------------------------- hsi's own write-back
+    Situation(
+        "writeback_stranger_night",
+        2,
+        "front_door",
+        (1.0, 4.0),
+        "high",
+        (60, 84),
+        "A stranger still at our front door at night; the note our own system put on him is not who he is.",
+        (
+            Obj(
+                "person",
+                _PERSON,
+                (("walkway",), ("porch",), ("porch",), ("porch",)),
+                sub_label=("risk high", None),  # hsi's write-back, set by hand (no score), back on the next update
+                identity_from=2,
+                dwell_s=30,
+            ),
+        ),
+        Review("alert"),
     ),
 )

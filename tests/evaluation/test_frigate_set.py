@@ -53,6 +53,16 @@ def test_every_scene_maps_into_batches_of_its_camera(frigate: FrigateScenarios) 
     assert ["walkway", "porch"] in zones and ["driveway", "parking_spot"] in zones
 
 
+def test_a_late_description_joins_its_tracks_batch(frigate: FrigateScenarios) -> None:
+    """back_door_stranger_night: Frigate's GenAI answers 45-70 s after the object ended; the scene stays one batch."""
+    late = [s for s in frigate.scenarios if s.category == "back_door_stranger_night"]
+    assert len(late) == 2 and all(len(frigate.batches_by_scene[s.scenario_id.split(".b")[0]]) == 1 for s in late)
+    for scenario in late:
+        (description,) = [d for d in scenario.detections if ":description:" in d["detection_id"]]
+        assert description["enrichment"]["florence"]["caption"].startswith("A person in dark clothes")
+        assert description["enrichment"]["frigate"]["current_zones"] == ["back_step"]
+
+
 def test_split_and_scene_selection(settings: HsiSettings, tmp_path: Path) -> None:
     holdout = frigate_scenarios(settings, split="holdout", workdir=tmp_path)
     assert holdout.scenes and {s.split for s in holdout.scenes} == {"holdout"}

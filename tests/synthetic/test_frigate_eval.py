@@ -96,6 +96,7 @@ def test_payloads_have_frigates_shape() -> None:
     assert any("amazon" in a["attributes"] and a["current_attributes"] for a in afters)
     assert any(a["label"] == "knife" for a in afters)
     assert any(a["stationary"] and a["motionless_count"] > 300 for a in afters)
+    assert any(a["sub_label"] == ["risk high", None] for a in afters)  # hsi's own write-back, read back from Frigate
     descriptions = [body["description"] for topic, body in payloads if topic == "frigate/tracked_object_update"]
     assert any("IGNORE ALL PREVIOUS INSTRUCTIONS" in d for d in descriptions)
     reviews = [body for topic, body in payloads if topic == "frigate/reviews"]
