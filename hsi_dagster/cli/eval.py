@@ -160,7 +160,13 @@ def chart_file_name(key: str) -> str:
 
 def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.cli.errors import UsageError
-    from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations, for_set
+    from hsi_dagster.evaluation.configurations import (
+        FRIGATE_SET,
+        configurations_for,
+        floor_configurations,
+        for_set,
+        set_of,
+    )
     from hsi_dagster.evaluation.engine import evaluate_and_store
     from hsi_dagster.evaluation.report import report_for
     from hsi_dagster.llm.errors import LlamaServerError
@@ -223,7 +229,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    prefix = "" if frigate is None else "frigate.profiles" if args.camera_profiles else "frigate"
+    prefix = "" if frigate is None else f"{FRIGATE_SET}.profiles" if args.camera_profiles else FRIGATE_SET
     configurations = for_set(configurations, prefix)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
@@ -291,7 +297,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
 
     with duckdb.get_connection(read_only=True) as conn:
         names = stored_configurations(conn)  # earlier runs in this database too: compare a model with a stored one
-    names = [n for n in names if n.startswith("frigate.") == (frigate is not None)]  # one set per report
+    names = [n for n in names if set_of(n) == (FRIGATE_SET if frigate is not None else "")]  # one set per report
     source = f"{path.name} ({len(scenarios)} scenarios)"
     if frigate is not None:
         stray = ", ".join(

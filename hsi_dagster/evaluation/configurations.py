@@ -119,6 +119,14 @@ def floor_configurations(quality_levels: Sequence[str], history: Sequence[bool] 
     ]
 
 
+FRIGATE_SET = "frigate"  # the Frigate-shaped set's prefix (`frigate.` and `frigate.profiles.` names)
+
+
+def set_of(name: str) -> str:
+    """The labeled set a stored configuration was measured on: "frigate", or "" for the project's set."""
+    return FRIGATE_SET if name.startswith(f"{FRIGATE_SET}.") else ""
+
+
 def for_set(configurations: Sequence[EvalConfiguration], scenario_set: str) -> list[EvalConfiguration]:
     """The same passes on another labeled set, every stored name prefixed by the set's (`frigate.full`,
     `frigate.floor.full`): the sets' results never mix in one configuration."""

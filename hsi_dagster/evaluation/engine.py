@@ -31,7 +31,7 @@ from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioRe
 from hsi_dagster.core.prompt.messages import static_prompt
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.trust import ModelFingerprint, Trust
-from hsi_dagster.evaluation.configurations import EvalConfiguration
+from hsi_dagster.evaluation.configurations import EvalConfiguration, set_of
 from hsi_dagster.evaluation.scenario_run import Assess, PreparedScenario, floor_result, prepare_scenario, run_prepared
 from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_trust, pass_fingerprint
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
@@ -170,7 +170,7 @@ DESCRIPTIONS = {
 class StoredRun:
     run: PassRun
     figures: dict[str, ConfigurationFigures]  # per stored configuration of the pass
-    compared: list[str]  # every configuration with stored figures, these included
+    compared: list[str]  # every configuration of the same labeled set with stored figures, these included
     endpoint: str
     trust: TrustMeasurement | None = None  # None: a floor-only pass
 
@@ -240,13 +240,14 @@ def evaluate_and_store(
     if combine is not None:
         run.results = {name: combine(name, results) for name, results in run.results.items()}
     figures: dict[str, ConfigurationFigures] = {}
+    same_set = set_of(configuration.floor_name)  # agreement and the report stay within one labeled set
     with duckdb.get_connection() as conn:
         for name, results in run.results.items():
             if combine is not None:
                 for result in results:
                     save_result(conn, result)
             figures[name] = summarise(name, results)
-            others = [c for c in stored_configurations(conn) if c != name]
+            others = [c for c in stored_configurations(conn) if c != name and set_of(c) == same_set]
             agreement = [(other, *pairwise_kappa(results, load_results(conn, other))) for other in others]
             is_floor = name == configuration.floor_name
             save_configuration(
@@ -259,7 +260,7 @@ def evaluate_and_store(
                 description=_description(configuration, name),
             )
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
-        compared = stored_configurations(conn)
+        compared = [c for c in stored_configurations(conn) if set_of(c) == same_set]
     measurement = None
     if target is not None and combine is None:
         with_floor = run.results.get(configuration.with_floor_name, [])

@@ -22,6 +22,7 @@ from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import load_results
 from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR, PAYLOADS_FILE, load_labels
+from hsi_dagster.synthetic.scenarios import load_scenarios
 
 
 @pytest.fixture(scope="module")
@@ -128,11 +129,14 @@ def test_a_scene_is_judged_by_its_highest_batch(frigate: FrigateScenarios) -> No
 
 def test_floor_only_pass_on_a_real_duckdb(frigate: FrigateScenarios, settings: HsiSettings, tmp_path: Path) -> None:
     duckdb = HsiDuckDBResource(database=str(tmp_path / "eval.duckdb"))
+    [project] = floor_configurations(["full"])
+    evaluate_and_store(project, load_scenarios()[:3], None, settings, duckdb)  # the project's set, same database
     [configuration] = for_set(floor_configurations(["full"]), "frigate")
     assert configuration.floor_name == "frigate.floor.full"
     stored = evaluate_and_store(
         configuration, frigate.all(), None, settings, duckdb, profiles={}, combine=frigate.combine_by_scene
     )
+    assert stored.compared == ["frigate.floor.full"]  # the two sets are never compared with each other
     labels = load_labels()
     levels = Counter(label.expected_level for label in labels)
     figures = stored.figures["frigate.floor.full"]
