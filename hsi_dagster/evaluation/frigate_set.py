@@ -18,7 +18,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hsi_dagster.core.evaluation.metrics import ScenarioResult
@@ -33,7 +33,9 @@ from hsi_dagster.storage.frigate_config import load_frigate_config
 from hsi_dagster.synthetic.frigate_eval import (
     CONFIG_FILE,
     FRIGATE_EVAL_DIR,
+    LABELS_FILE,
     PAYLOADS_FILE,
+    FrigateSetError,
     SceneLabel,
     load_labels,
 )
@@ -42,6 +44,7 @@ from hsi_dagster.synthetic.scenarios import Scenario
 SET_NAME = "frigate"  # `hsi eval --set frigate`; its stored configurations are named `frigate.<...>`
 UNMATCHED = "unmatched"
 BATCH_SEPARATOR = ".b"
+END_OF_REPLAY = datetime(3000, 1, 1, tzinfo=UTC)  # the batching clock of the replay: after every payload
 
 
 @dataclass
@@ -135,6 +138,8 @@ def frigate_scenarios(
     (unmatched batches are always kept)."""
     folder = Path(folder)
     scenes = load_labels(folder)
+    if not scenes:
+        raise FrigateSetError(f"{folder / LABELS_FILE}: no labeled scenes")
     unknown = sorted(set(scene_ids) - {s.scene_id for s in scenes})
     if unknown:
         raise ValueError(f"unknown scene id(s): {', '.join(unknown)}")
@@ -152,7 +157,7 @@ def frigate_scenarios(
             bounds=Bounds.from_settings(settings),
         )
         rules = BatchRules.from_settings(settings)
-        as_of = datetime.fromtimestamp(max(scene.end for scene in scenes), UTC) + timedelta(days=1)
+        as_of = END_OF_REPLAY  # every batch closed, whenever its payloads are (a stray one is reported, not left open)
         pending = pending_closed_batches(conn, rules, as_of)
         ids = [record_batch(conn, batch.batch_id, rules, as_of).batch_id for batch in pending]
         loaded = []

@@ -21,7 +21,7 @@ from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import load_results
-from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR, PAYLOADS_FILE, load_labels
+from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR, PAYLOADS_FILE, FrigateSetError, load_labels
 from hsi_dagster.synthetic.scenarios import load_scenarios
 
 
@@ -79,13 +79,18 @@ def test_a_batch_no_scene_covers_is_reported(settings: HsiSettings, tmp_path: Pa
     shutil.copytree(FRIGATE_EVAL_DIR, folder)
     first = json.loads((folder / PAYLOADS_FILE).read_text(encoding="utf-8").split("\n", 1)[0].split(" ", 1)[1])
     stray = {**first["after"], "id": "stray-1", "frame_time": first["after"]["frame_time"] - 7200.0}
+    late = {**stray, "id": "stray-2", "frame_time": 4102444800.0}  # 2100: after every scene, still closed and kept
     stray["start_time"] = stray["frame_time"]
     with (folder / PAYLOADS_FILE).open("a", encoding="utf-8") as file:
-        file.write("frigate/events " + json.dumps({"type": "new", "before": None, "after": stray}) + "\n")
+        for payload in (stray, late):
+            file.write("frigate/events " + json.dumps({"type": "new", "before": None, "after": payload}) + "\n")
     found = frigate_scenarios(settings, folder, workdir=tmp_path)
-    assert [s.category for s in found.unmatched] == [UNMATCHED]
-    assert found.unmatched[0].batch["camera_id"] == first["after"]["camera"]
-    assert len(found.all()) == len(found.scenarios) + 1
+    assert [s.category for s in found.unmatched] == [UNMATCHED, UNMATCHED]
+    assert {s.batch["camera_id"] for s in found.unmatched} == {first["after"]["camera"]}
+    assert len(found.all()) == len(found.scenarios) + 2
+    (folder / "labels.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(FrigateSetError, match="no labeled scenes"):
+        frigate_scenarios(settings, folder, workdir=tmp_path)
 
 
 def _result(scenario_id: str, score: int | None, level: str | None, status: str = "ok") -> ScenarioResult:
