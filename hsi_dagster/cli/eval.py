@@ -7,6 +7,10 @@ per split (tune / holdout) and a comparison chart (PNG files beside it) into `--
 configurations from one model call per scenario: the model alone, the model raised to the evidence floor, the floor
 alone. `--floor-only` needs no server. The report covers every configuration stored in the database, so a model
 evaluated earlier (same --db) is compared with today's.
+
+`--set frigate` runs the Frigate-shaped set instead (evaluation/frigate_set.py: Frigate's MQTT payloads through the
+real mapping and batching, no camera profiles unless --camera-profiles; one result per scene, its highest batch),
+stored as `frigate.<configuration>` and reported apart from the project's set.
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from typing import TYPE_CHECKING
 from hsi_dagster.settings import HsiSettings
 
 if TYPE_CHECKING:
+    from hsi_dagster.core.context.camera_profiles import CameraProfile
+    from hsi_dagster.core.evaluation.metrics import ScenarioResult
+    from hsi_dagster.evaluation.configurations import EvalConfiguration
+    from hsi_dagster.evaluation.frigate_set import FrigateScenarios
     from hsi_dagster.evaluation.trust import TrustMeasurement
+
+UNMATCHED = "unmatched"  # evaluation.frigate_set.UNMATCHED: a batch no labeled scene covers
 
 DEFAULT_OUT = "data/eval-report"
 
@@ -68,6 +78,19 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, metavar="N", help="only N scenarios, taken round-robin over categories")
     parser.add_argument("--scenario", action="append", default=[], metavar="ID", help="only these scenario ids")
     parser.add_argument("--scenarios", metavar="FILE", help="scenario file (default: the stored labeled set)")
+    parser.add_argument(
+        "--set",
+        choices=["project", "frigate"],
+        default="project",
+        help="labeled set: the project's (default) or the Frigate-shaped one (MQTT payloads through the real Frigate "
+        "mapping and batching, no camera profiles; judged per scene by its highest batch)",
+    )
+    parser.add_argument(
+        "--camera-profiles",
+        metavar="FILE",
+        help="with --set frigate: camera profiles for its cameras (e.g. what `hsi frigate profiles` proposes); "
+        "stored as frigate.profiles.<...> beside the runs without (default: none, as a new Frigate user)",
+    )
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default {DEFAULT_OUT})")
 
 
@@ -89,14 +112,61 @@ def trust_lines(measurement: TrustMeasurement) -> list[str]:
     return lines
 
 
+def split_lines(results: list[ScenarioResult]) -> list[str]:
+    """Per split (holdout first): level accuracy, recall (high+critical), false alarms, adversarial handled."""
+    from hsi_dagster.core.evaluation.metrics import summarise
+
+    lines = []
+    for split in sorted({r.split for r in results if r.split}, key=lambda s: (s != "holdout", s)):
+        f = summarise(results[0].configuration, [r for r in results if r.split == split])
+        recall = None if f.under_call_rate is None else 1 - f.under_call_rate
+        lines.append(
+            f"{split}: {f.scenarios} scenarios, level accuracy {_pct(f.level_accuracy)}, recall(high+critical) "
+            f"{_pct(recall)} of {f.alert_scenarios}, false alarms {_pct(f.false_alarm_rate)} of {f.low_scenarios}, "
+            f"adversarial handled {f.adversarial_correct} of {f.adversarial_scenarios}"
+        )
+    return lines
+
+
+def _show_scenes(
+    results: dict[str, list[ScenarioResult]],
+    configuration: EvalConfiguration,
+    frigate: FrigateScenarios,
+    unmatched: list[ScenarioResult],
+) -> None:
+    """The Frigate-shaped set: one line per scene (its highest batch) of the stored verdict, then the batches no
+    scene covers."""
+    shown = results.get(configuration.floor_name if not configuration.llm else configuration.with_floor_name, [])
+    for result in shown:
+        got = result.predicted or result.status
+        score = "" if result.risk_score is None else f" {result.risk_score}"
+        mark = "ok" if result.predicted == result.expected_level else "MISS"
+        batches = len(frigate.batches_by_scene.get(result.scenario_id, []))
+        print(
+            f"  {result.scenario_id} {result.split or '':<7} {result.category:<28} expected {result.expected_level:<8} "
+            f"got {got}{score}  {mark}  ({batches} batch{'es' if batches != 1 else ''})",
+            flush=True,
+        )
+    for result in unmatched:
+        if result.configuration == configuration.floor_name:
+            print(
+                f"  {result.scenario_id}: a batch no scene covers, got {result.predicted or result.status}", flush=True
+            )
+
+
 def chart_file_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", key.replace(":", "-")) + ".png"
 
 
 def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.cli.errors import UsageError
-    from hsi_dagster.core.evaluation.metrics import ScenarioResult
-    from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations
+    from hsi_dagster.evaluation.configurations import (
+        FRIGATE_SET,
+        configurations_for,
+        floor_configurations,
+        for_set,
+        set_of,
+    )
     from hsi_dagster.evaluation.engine import evaluate_and_store
     from hsi_dagster.evaluation.report import report_for
     from hsi_dagster.llm.errors import LlamaServerError
@@ -107,11 +177,44 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give at least 1")
-    path = Path(args.scenarios) if args.scenarios else SCENARIOS_PATH
-    try:
-        scenarios = select_scenarios(load_scenarios(path), args.limit, args.scenario, args.split)
-    except ScenarioFileError as exc:
-        raise UsageError(str(exc)) from None
+    frigate: FrigateScenarios | None = None
+    profiles: dict[str, CameraProfile] | None = None
+    if args.camera_profiles and args.set != "frigate":
+        raise UsageError("--camera-profiles goes with --set frigate (the project's set has its own profiles)")
+    if args.set == "frigate":
+        profiles = {}
+        if args.camera_profiles:
+            from hsi_dagster.core.context.camera_profiles import CameraProfileError
+            from hsi_dagster.settings import load_camera_profiles
+
+            try:
+                profiles = load_camera_profiles(args.camera_profiles)
+            except CameraProfileError as exc:
+                raise UsageError(str(exc)) from None
+        if args.scenarios or args.limit is not None:
+            raise UsageError("--set frigate is the stored Frigate-shaped set: leave out --scenarios and --limit")
+        from hsi_dagster.evaluation.frigate_set import frigate_scenarios
+        from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR, FrigateSetError
+
+        path = FRIGATE_EVAL_DIR
+        try:
+            frigate = frigate_scenarios(settings, path, split=args.split, scene_ids=args.scenario)
+        except (FrigateSetError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        scenarios = frigate.all()
+        print(
+            f"{len(frigate.scenes)} labeled scenes from {path}: {frigate.imported.messages} payloads, "
+            f"{frigate.imported.detections} detections, {frigate.imported.reviews} review messages, "
+            f"{frigate.imported.quarantined} quarantined -> {len(frigate.scenarios)} batches in scenes, "
+            f"{len(frigate.unmatched)} batches no scene covers",
+            flush=True,
+        )
+    else:
+        path = Path(args.scenarios) if args.scenarios else SCENARIOS_PATH
+        try:
+            scenarios = select_scenarios(load_scenarios(path), args.limit, args.scenario, args.split)
+        except ScenarioFileError as exc:
+            raise UsageError(str(exc)) from None
     if not scenarios:
         raise UsageError(f"{path}: no scenarios")
     history = {"off": [False], "on": [True], "both": [False, True]}[args.history]
@@ -126,10 +229,18 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    prefix = "" if frigate is None else f"{FRIGATE_SET}.profiles" if args.camera_profiles else FRIGATE_SET
+    configurations = for_set(configurations, prefix)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
+    unmatched: list[ScenarioResult] = []
+
     def show(result: ScenarioResult) -> None:
+        if frigate is not None:  # per batch: the scenes are shown once combined
+            if result.category == UNMATCHED:
+                unmatched.append(result)
+            return
         if args.floor_only is False and not result.configuration.endswith(".with-floor"):
             return  # one line per scenario: the stored verdict (the model's and the floor's scores are on it)
         got = result.predicted or result.status
@@ -146,10 +257,22 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     for configuration in configurations:
         where = "no server" if not configuration.llm else configuration.endpoint or ", ".join(settings.llm_urls)
         print(f"{configuration.name}: {where}", flush=True)
+        unmatched.clear()
         try:
-            stored = evaluate_and_store(configuration, scenarios, llm, settings, duckdb, on_result=show)
+            stored = evaluate_and_store(
+                configuration,
+                scenarios,
+                llm,
+                settings,
+                duckdb,
+                on_result=show,
+                profiles=profiles,
+                combine=frigate.combine_by_scene if frigate is not None else None,
+            )
         except LlamaServerError as exc:
             raise UsageError(f"configuration {configuration.name}: {exc}") from None
+        if frigate is not None:
+            _show_scenes(stored.run.results, configuration, frigate, unmatched)
         for name, f in stored.figures.items():
             print(
                 f"  {name} ({stored.run.model}): level accuracy {_pct(f.level_accuracy)}, under-call "
@@ -158,6 +281,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
                 f"{f.adversarial_scenarios}",
                 flush=True,
             )
+            for line in split_lines(stored.run.results.get(name, [])):
+                print(f"    {line}", flush=True)
         if stored.trust is not None:
             for line in trust_lines(stored.trust):
                 print(f"  {line}", flush=True)
@@ -172,7 +297,19 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
 
     with duckdb.get_connection(read_only=True) as conn:
         names = stored_configurations(conn)  # earlier runs in this database too: compare a model with a stored one
-    report = report_for(duckdb, names, f"{path.name} ({len(scenarios)} scenarios)", image_ref=place)
+    names = [n for n in names if set_of(n) == (FRIGATE_SET if frigate is not None else "")]  # one set per report
+    source = f"{path.name} ({len(scenarios)} scenarios)"
+    if frigate is not None:
+        stray = ", ".join(
+            f"{s.scenario_id} {s.camera_id} {s.batch['started_at']:%Y-%m-%d %H:%M:%S}" for s in frigate.unmatched
+        )
+        source = (
+            f"the Frigate-shaped set {path} ({len(frigate.scenes)} scenes, judged by their highest batch; "
+            f"{len(frigate.scenarios)} batches in scenes; {len(frigate.unmatched)} batches no scene covers"
+            + (f": {stray}" if stray else "")
+            + ")"
+        )
+    report = report_for(duckdb, names, source, image_ref=place)
     (out / "report.md").write_text(report, encoding="utf-8")
     print(f"report: {out / 'report.md'} (charts beside it); results in {settings.HSI_DUCKDB_PATH}")
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
 
@@ -33,6 +33,7 @@ class EvalConfiguration:
     schema: str = "plain"
     history: bool = False  # history facts (from a scenario's `history`) for the floor and the prompt
     llm: bool = True  # False: the evidence floor alone, no server
+    scenario_set: str = ""  # "" the project's set; "frigate" the Frigate-shaped one (its names start `frigate.`)
 
     def __post_init__(self) -> None:
         if self.quality_level not in QUALITY_LEVEL_TYPES:
@@ -55,7 +56,8 @@ class EvalConfiguration:
 
     @property
     def floor_name(self) -> str:
-        return f"floor.{self.quality_level}" + (".history" if self.history else "")
+        prefix = f"{self.scenario_set}." if self.scenario_set else ""
+        return f"{prefix}floor.{self.quality_level}" + (".history" if self.history else "")
 
     def stored_names(self) -> list[str]:
         """The configurations this pass stores, in report order."""
@@ -115,6 +117,22 @@ def floor_configurations(quality_levels: Sequence[str], history: Sequence[bool] 
         for level in levels
         for hist in dict.fromkeys(history)
     ]
+
+
+FRIGATE_SET = "frigate"  # the Frigate-shaped set's prefix (`frigate.` and `frigate.profiles.` names)
+
+
+def set_of(name: str) -> str:
+    """The labeled set a stored configuration was measured on: "frigate", or "" for the project's set."""
+    return FRIGATE_SET if name.startswith(f"{FRIGATE_SET}.") else ""
+
+
+def for_set(configurations: Sequence[EvalConfiguration], scenario_set: str) -> list[EvalConfiguration]:
+    """The same passes on another labeled set, every stored name prefixed by the set's (`frigate.full`,
+    `frigate.floor.full`): the sets' results never mix in one configuration."""
+    if not scenario_set:
+        return list(configurations)
+    return [replace(c, name=f"{scenario_set}.{c.name}", scenario_set=scenario_set) for c in configurations]
 
 
 def default_configurations() -> list[EvalConfiguration]:

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import dagster as dg
 
+from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult, pairwise_kappa, summarise
 from hsi_dagster.core.prompt.messages import static_prompt
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.trust import ModelFingerprint, Trust
-from hsi_dagster.evaluation.configurations import EvalConfiguration
+from hsi_dagster.evaluation.configurations import EvalConfiguration, set_of
 from hsi_dagster.evaluation.scenario_run import Assess, PreparedScenario, floor_result, prepare_scenario, run_prepared
 from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_trust, pass_fingerprint
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
@@ -64,11 +65,15 @@ def _assess_with(llm: LlamaServerResource, max_tokens: int, schema: str) -> Asse
 
 
 def evaluate_floor_only(
-    configuration: EvalConfiguration, scenarios: Sequence[Scenario], settings: HsiSettings
+    configuration: EvalConfiguration,
+    scenarios: Sequence[Scenario],
+    settings: HsiSettings,
+    profiles: Mapping[str, CameraProfile] | None = None,
 ) -> PassRun:
-    """The evidence floor on every scenario: no server, milliseconds."""
+    """The evidence floor on every scenario: no server, milliseconds. `profiles` None: the example camera profiles
+    the project's set was labeled against; the Frigate-shaped set passes {} (a new Frigate user has none)."""
     started = time.perf_counter()
-    profiles = scenario_profiles()
+    profiles = scenario_profiles() if profiles is None else profiles
     results = [
         floor_result(
             prepare_scenario(
@@ -92,12 +97,13 @@ def evaluate_configuration(
     counter: TokenCounter | None = None,
     deadline: float | None = None,
     trust: Trust | int = 0,
+    profiles: Mapping[str, CameraProfile] | None = None,
 ) -> PassRun:
     """Every scenario under one pass; at most `concurrency` (default: the server's slots) calls at once; the
     with-floor verdicts within `trust` (evaluate_and_store passes the one production would apply).
     With `deadline` (time.monotonic()), scenarios not started by then are left out of the run (a bench's bound)."""
     if not configuration.llm or llm is None:
-        run = evaluate_floor_only(configuration, scenarios, settings)
+        run = evaluate_floor_only(configuration, scenarios, settings, profiles)
         for result in run.results[configuration.floor_name]:
             if on_result is not None:
                 on_result(result)
@@ -105,7 +111,7 @@ def evaluate_configuration(
     started = time.perf_counter()
     info = llm.ensure_ready()
     choice = budget_for(settings, llm.live_slot_context())
-    profiles = scenario_profiles()
+    profiles = scenario_profiles() if profiles is None else profiles
     prepared = [
         prepare_scenario(
             scenario,
@@ -164,7 +170,7 @@ DESCRIPTIONS = {
 class StoredRun:
     run: PassRun
     figures: dict[str, ConfigurationFigures]  # per stored configuration of the pass
-    compared: list[str]  # every configuration with stored figures, these included
+    compared: list[str]  # every configuration of the same labeled set with stored figures, these included
     endpoint: str
     trust: TrustMeasurement | None = None  # None: a floor-only pass
 
@@ -193,16 +199,22 @@ def evaluate_and_store(
     on_result: Callable[[ScenarioResult], None] | None = None,
     concurrency: int | None = None,
     deadline: float | None = None,
+    profiles: Mapping[str, CameraProfile] | None = None,
+    combine: Callable[[str, list[ScenarioResult]], list[ScenarioResult]] | None = None,
 ) -> StoredRun:
     """Run one pass, store each result as it comes (short connections: none is held across an LLM call), then the
-    figures of each configuration it yields and their kappa against every other stored configuration."""
+    figures of each configuration it yields and their kappa against every other stored configuration.
+    `combine` (the Frigate-shaped set: batches -> one result per labeled scene) turns each configuration's results
+    into the ones stored and measured, after the pass; the trust sweep is then not stored (it is the project's set's
+    measurement)."""
     target = _llm_for(configuration, llm) if llm is not None and configuration.llm else None
     endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
     fingerprint: ModelFingerprint | None = None
 
     def store(result: ScenarioResult) -> None:
-        with duckdb.get_connection() as conn:
-            save_result(conn, result)
+        if combine is None:
+            with duckdb.get_connection() as conn:
+                save_result(conn, result)
         if on_result is not None:
             on_result(result)
 
@@ -220,15 +232,22 @@ def evaluate_and_store(
             concurrency=concurrency,
             deadline=deadline,
             trust=applied,
+            profiles=profiles,
         )
     finally:
         if target is not None and target is not llm:
             target.teardown_after_execution(dg.build_init_resource_context())
+    if combine is not None:
+        run.results = {name: combine(name, results) for name, results in run.results.items()}
     figures: dict[str, ConfigurationFigures] = {}
+    same_set = set_of(configuration.floor_name)  # agreement and the report stay within one labeled set
     with duckdb.get_connection() as conn:
         for name, results in run.results.items():
+            if combine is not None:
+                for result in results:
+                    save_result(conn, result)
             figures[name] = summarise(name, results)
-            others = [c for c in stored_configurations(conn) if c != name]
+            others = [c for c in stored_configurations(conn) if c != name and set_of(c) == same_set]
             agreement = [(other, *pairwise_kappa(results, load_results(conn, other))) for other in others]
             is_floor = name == configuration.floor_name
             save_configuration(
@@ -241,9 +260,9 @@ def evaluate_and_store(
                 description=_description(configuration, name),
             )
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
-        compared = stored_configurations(conn)
+        compared = [c for c in stored_configurations(conn) if set_of(c) == same_set]
     measurement = None
-    if target is not None:
+    if target is not None and combine is None:
         with_floor = run.results.get(configuration.with_floor_name, [])
         measurement = measure_trust(with_floor, fingerprint, applied, duckdb, configuration.name)
     return StoredRun(run, figures, compared, endpoint, measurement)

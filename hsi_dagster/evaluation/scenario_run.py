@@ -5,7 +5,7 @@ alone (evaluation/configurations.py). The passes of evaluation/engine.py run the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
@@ -54,7 +54,7 @@ def prepare_scenario(
     scenario: Scenario,
     *,
     configuration: EvalConfiguration,
-    profiles: dict[str, CameraProfile],
+    profiles: Mapping[str, CameraProfile],
     settings: HsiSettings,
     estimate_budget: int | None,
     counter: TokenCounter | None = None,
@@ -62,7 +62,12 @@ def prepare_scenario(
     """Production's context, floor and budget steps for one scenario (`estimate_budget` None: no prompt needed)."""
     profile = profiles.get(scenario.camera_id)
     context = context_for_batch(
-        scenario.batch, scenario.detections, settings, camera_profile=profile, quality_level=configuration.quality_level
+        scenario.batch,
+        scenario.detections,
+        settings,
+        camera_profile=profile,
+        quality_level=configuration.quality_level,
+        reviews=scenario.reviews,
     )
     if configuration.history and scenario.history:
         # What enriched_contexts does with the stored history: the facts ride on the context, the prompt renders

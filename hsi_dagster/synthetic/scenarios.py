@@ -61,6 +61,9 @@ class Scenario:
     history: dict[str, Any] | None = (
         None  # plain history inputs (core/context/history.py's JSON shape), when the label needs it
     )
+    # Frigate review items covering the batch (storage.frigate.reviews_covering rows; the Frigate-shaped set only,
+    # never written to the JSON Lines file)
+    reviews: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> str:
         body: dict[str, Any] = {

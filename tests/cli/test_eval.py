@@ -10,6 +10,7 @@ import pytest
 from hsi_dagster.cli.main import main
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import load_results
+from hsi_dagster.synthetic.frigate_eval import FRIGATE_EVAL_DIR, load_labels
 from tests.support.llm_fixtures import RunningLlama
 
 
@@ -61,6 +62,52 @@ def test_floor_only_needs_no_server_and_reports_each_split(
     assert "--floor-only runs no model" in capsys.readouterr().err
 
 
+def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    assert main(["eval", "--db", str(db), "--floor-only", "--scenario", "s001", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    labels = load_labels()
+    holdout = sum(label.split == "holdout" for label in labels)
+    assert f"{len(labels)} labeled scenes from" in printed and "0 batches no scene covers" in printed
+    assert "frigate.floor.full: no server" in printed and "  f038 holdout knife_night" in printed
+    assert f"    holdout: {holdout} scenarios, level accuracy" in printed
+    assert f"    tune: {len(labels) - holdout} scenarios" in printed
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| holdout | frigate.floor.full |" in report and "| floor.full |" not in report  # one set per report
+    assert f"{len(labels)} scenes, judged by their highest batch; " in report
+    assert " batches in scenes; 0 batches no scene covers)" in report
+    with connect(str(db), read_only=True) as conn:
+        assert [r.scenario_id for r in load_results(conn, "floor.full")] == ["s001"]  # the project's rows kept
+        assert len(load_results(conn, "frigate.floor.full")) == len(labels)
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--limit", "3"]) == 2
+    assert "leave out --scenarios and --limit" in capsys.readouterr().err
+    assert main(["eval", "--db", str(db), "--floor-only", "--camera-profiles", "x.yaml"]) == 2
+    assert "--camera-profiles goes with --set frigate" in capsys.readouterr().err
+
+
+def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
+    config = str(FRIGATE_EVAL_DIR / "frigate.yaml")
+    assert main(["frigate", "profiles", "--frigate-config", config, "--out", str(profiles)]) == 0
+    argv = ["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--split", "holdout", "--out", str(tmp_path)]
+    assert main([*argv, "--camera-profiles", str(profiles)]) == 0
+    printed = capsys.readouterr().out
+    assert "frigate.profiles.floor.full: no server" in printed
+    # a stranger at the door at night: raised with the proposed profiles (entry zone `porch`)
+    assert "  f025 holdout stranger_door_overlap_night  expected high     got high" in printed
+    # hsi's own write-back ("risk high", no score) back on Frigate's next update is no identity: still a stranger
+    assert "  f047 holdout writeback_stranger_night     expected high     got high" in printed
+    with connect(str(db), read_only=True) as conn:
+        holdout = sum(label.split == "holdout" for label in load_labels())
+        assert len(load_results(conn, "frigate.profiles.floor.full")) == holdout
+    assert main([*argv, "--camera-profiles", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 def test_eval_writes_report_and_charts(
@@ -97,3 +144,33 @@ def test_eval_writes_report_and_charts(
     assert (
         f"recommended trust {record['trust']}: stored: trust {record['trust']} for {record['fingerprint']}" in printed
     )
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_a_model_pass_on_the_frigate_set(
+    llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Frigate scene (the knife at the side gate: one batch, its review in the prompt) through the real server:
+    three configurations stored per scene under `frigate.`, no trust sweep stored from this set."""
+    monkeypatch.setenv("NEMOTRON_MAX_OUTPUT_TOKENS", "768")
+    monkeypatch.setenv("LLM_READ_TIMEOUT_SECONDS", "900")
+    monkeypatch.setenv("CTX_SIZE", "8192")
+    db = tmp_path / "e.duckdb"
+    code = main(
+        ["eval", "--db", str(db), "--set", "frigate", "--endpoint", llama_server.url, "--quality-level", "minimal"]
+        + ["--label", "smol", "--scenario", "f038", "--out", str(tmp_path / "report")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "  f038 holdout knife_night" in printed and "got critical" in printed  # the floor's weapon rule stands
+    with connect(str(db), read_only=True) as conn:
+        rows = {name: load_results(conn, name) for name in ("frigate.smol.minimal", "frigate.smol.minimal.with-floor")}
+        from hsi_dagster.storage.trust import measured_trust
+
+        assert measured_trust(conn) == []
+    assert [r.scenario_id for r in rows["frigate.smol.minimal"]] == ["f038"]
+    (stored,) = rows["frigate.smol.minimal.with-floor"]
+    assert stored.llm_calls >= 1 and stored.prompt_tokens > 0 and stored.risk_level == "critical"
+    report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert "| frigate.smol.minimal.with-floor |" in report and "| frigate.floor.minimal |" in report
