@@ -39,7 +39,9 @@ label and time from an earlier `events` payload (`Track`). It takes the time, la
 latest DETECTION (`TrackDetection`; a description can arrive a minute after the object ended, after updates the
 state policy skipped): so it falls inside that detection's batch window, joins it by the batching rules while that
 batch is open, is fast-path exactly when that detection was, and is never a zone-less batch of its own. When that
-batch is already recorded, storage/frigate.py adds the description to it and asks for its re-judgement. Without a
+batch is already recorded, storage/frigate.py adds the description to it and asks for its re-judgement. It carries
+the identity Frigate recognised on that detection (a face or known plate: `reid`), so a resident's description,
+judged as a fast-path batch of its own, is not a stranger's. Without a
 known detection (none stored) it falls back to the track's last time, without zones.
 An `/api/events` item becomes one detection `frigate:<id>:api` at `start_time` (padded by the recording's
 pre-capture up to Frigate 0.14).
@@ -381,13 +383,16 @@ class TrackDetection:
     zone: str | None = None
     current_zones: tuple[str, ...] = ()
     entered_zones: tuple[str, ...] = ()
+    reid: Mapping[str, Any] | None = None  # a recogniser's identity of the track (identity_enrichment), if any
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> TrackDetection:
         """From a mapped record (`Emit.record`)."""
-        enrichment = record.get("enrichment")
-        frigate = enrichment.get("frigate") if isinstance(enrichment, dict) else None
-        frigate = frigate if isinstance(frigate, dict) else {}
+        raw = record.get("enrichment")
+        enrichment: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        frigate_facts = enrichment.get("frigate")
+        frigate: dict[str, Any] = frigate_facts if isinstance(frigate_facts, dict) else {}
+        reid = enrichment.get("reid")
         return cls(
             str(record["detection_id"]),
             str(record["ts"]),
@@ -396,6 +401,7 @@ class TrackDetection:
             record.get("zone"),
             tuple(z for z in frigate.get("current_zones") or () if isinstance(z, str)),
             tuple(z for z in frigate.get("entered_zones") or () if isinstance(z, str)),
+            dict(reid) if isinstance(reid, dict) and reid.get("known") is True else None,
         )
 
 
@@ -439,6 +445,8 @@ def map_description(payload: Any, track: Track | None, latest: TrackDetection | 
             frigate["current_zones"] = list(latest.current_zones)
         if latest.entered_zones:
             frigate["entered_zones"] = list(latest.entered_zones)
+        if latest.reid is not None:  # the same tracked object Frigate recognised: the description is hers too
+            enrichment["reid"] = dict(latest.reid)
     record["enrichment"] = enrichment
     sources = {"detection_id": "id", "track_id": "id", "camera_id": "camera", "enrichment": "description"}
     return Emit(record, ("description",), sources)

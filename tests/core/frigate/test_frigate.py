@@ -222,6 +222,18 @@ def test_a_description_takes_the_time_score_and_zones_of_its_tracks_latest_detec
     assert isinstance(to_detection(emitted(map_description(payload, TRACK, latest)), "", source="s", line_no=1), tuple)
 
 
+def test_a_description_carries_the_identity_frigate_recognised_on_its_track() -> None:
+    """A resident's description is often a fast-path batch of its own: without her face it read as a stranger at the
+    door at night. A sub_label hsi wrote itself ("risk high") is no identity, so none is carried."""
+    face = emitted(map_event(message("update", sub_label=["alice", 0.93]), RES)).record
+    payload = {"type": "description", "id": TRACK.track_id, "description": "A woman walks to the door."}
+    record = emitted(map_description(payload, TRACK, TrackDetection.from_record(face))).record
+    assert record["enrichment"]["reid"] == {"identity": "alice", "known": True, "score": 0.93}
+    written_back = emitted(map_event(message("update", sub_label=["risk high", None]), RES)).record
+    record = emitted(map_description(payload, TRACK, TrackDetection.from_record(written_back))).record
+    assert "reid" not in record["enrichment"]
+
+
 def test_a_long_description_is_cut_to_the_bound_and_the_cut_recorded() -> None:
     payload = {"type": "description", "id": TRACK.track_id, "description": "x" * (MAX_TEXT_CHARS + 10)}
     record = emitted(map_description(payload, TRACK)).record
