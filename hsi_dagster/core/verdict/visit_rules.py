@@ -1,0 +1,69 @@
+"""The visit as evidence: the floor a visit's structured facts justify (core/visits/facts.py), and a batch's floor
+raised to its visit's level.
+
+Pure code. Reads only the closed-vocabulary facts a visit keeps (cameras, local hours, known or not by recogniser,
+zones reached); never free text.
+
+rule               | fires when (a person not known, at night: EvidenceRules.is_night of the sighting's local hour)
+-------------------|-------------------------------------------------------------------------------------------------
+cameras            | seen on 2 cameras of one visit -> 45 medium; on 3 or more -> 70 high
+reached after      | reached an entry or private zone on a camera after another camera of the visit -> 70 high
+
+A known person (reid.known, a household plate) never fires these; by day they do not fire (the postman's round).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hsi_dagster.core.prompt.risk_schema import level_for_score
+from hsi_dagster.core.verdict.evidence import HIGH, MEDIUM, EvidenceRules, Floor
+from hsi_dagster.core.visits.facts import VisitFacts, ordinal
+
+
+@dataclass(frozen=True)
+class VisitLevel:
+    score: int
+    level: str
+    reasons: tuple[str, ...]
+
+
+def visit_level(facts: VisitFacts, rules: EvidenceRules) -> VisitLevel:
+    """The visit's own floor from its facts: 0 low when no visit rule fires."""
+    night = [s for s in facts.unknown_sightings if rules.is_night(s.local_hour)]
+    night_facts = replace(facts, unknown_sightings=tuple(night))
+    stops = night_facts.unknown_stops
+    fired: list[tuple[int, str]] = []
+    where = ", ".join(str(stop) for stop in stops)
+    if len(stops) >= 3:
+        text = f"{ordinal(len(stops))} camera in {night_facts.unknown_minutes} minutes: {where}"
+        fired.append((HIGH, text))
+    elif len(stops) == 2:
+        fired.append((MEDIUM, f"second camera in {night_facts.unknown_minutes} minutes: {where}"))
+    cameras = [stop.camera_id for stop in stops]
+    if len(stops) >= 2 and night_facts.reached_camera in cameras[1:]:
+        before = ", ".join(cameras[: cameras.index(night_facts.reached_camera)])
+        fired.append((HIGH, f"reached {night_facts.reached} after {before}"))
+    if not fired:
+        return VisitLevel(0, level_for_score(0), ())
+    score = max(score for score, _ in fired)
+    reasons = tuple(
+        f"visit {facts.visit_id}: {text} (a person not known at night) -> {s} {level_for_score(s)}"
+        for s, text in sorted(fired, key=lambda item: -item[0])
+    )
+    return VisitLevel(score, level_for_score(score), reasons)
+
+
+def kept_level(stored: VisitLevel, computed: VisitLevel) -> VisitLevel:
+    """A visit's level never goes down: a later, calmer computation keeps the stored level and its reasons."""
+    return computed if computed.score >= stored.score and computed.reasons else stored
+
+
+def raised_by_visit(floor: Floor, visit: VisitLevel) -> Floor:
+    """The batch's floor, starting from its visit's level: a batch judged later in the visit is at least that."""
+    if visit.score < MEDIUM:
+        return floor
+    if visit.score <= floor.score:  # named, not deciding
+        return replace(floor, reasons=(*floor.reasons, *visit.reasons))
+    score = visit.score
+    return replace(floor, score=score, level=level_for_score(score), reasons=(*visit.reasons, *floor.reasons))
