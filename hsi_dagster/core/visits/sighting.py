@@ -22,6 +22,8 @@ from hsi_dagster.core.context.plates import normalise_plate
 
 PERSON = "person"
 VEHICLES = frozenset({"car", "truck", "bus", "motorcycle", "bicycle", "van", "vehicle", "license_plate"})
+# A re-id reading's "identity" that names nobody: never a link between two sightings ("same unknown" is no one).
+PLACEHOLDER_IDENTITIES = frozenset({"", "unknown", "none", "null", "person", "stranger", "unidentified", "?"})
 MAX_NAMES = 16  # identities or plates kept per sighting: a street party of a hundred tracks stays bounded
 
 
@@ -100,7 +102,8 @@ def _reid(context: EnrichedContext) -> dict[str, tuple[bool | None, str | None]]
             merged: bool | None = False
         else:
             merged = True if known is True or before_known is True else None
-        name = identity if isinstance(identity, str) and identity.strip() else before_identity
+        named = isinstance(identity, str) and identity.strip().lower() not in PLACEHOLDER_IDENTITIES
+        name = identity.strip() if named and isinstance(identity, str) else before_identity
         found[obs.track_id] = (merged, name)
     return found
 

@@ -24,7 +24,7 @@ def test_a_stranger_on_the_porch_is_an_unknown_sighting_at_the_cameras_local_tim
     assert seen is not None
     assert (seen.unknown_people, seen.known_people, seen.entry_zones) == (1, 0, ("porch",))
     assert (seen.local_time, seen.local_hour, seen.timezone) == ("03:30", 3, "Europe/Paris")
-    assert seen.identities == ("unknown",) and seen.known_identities == ()
+    assert seen.identities == () and seen.known_identities == ()  # "unknown" names nobody: it links nothing
     assert seen.longest_still_s == 30.0 and seen.still_zone == "porch"
 
 
