@@ -15,9 +15,15 @@ import duckdb
 from hsi_dagster.assets.assessments import batch_floor
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.core.outbound.mqtt_messages import state_payload
+from hsi_dagster.core.verdict.final import final_verdict
+from hsi_dagster.resources.alerts import AlertWebhookResource
 from hsi_dagster.sensors import batch_window_sensor
+from hsi_dagster.storage.alerts import risk_alert_for
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.ingest import ingest_lines
+from hsi_dagster.storage.mqtt_outbox import unpublished_verdicts
+from hsi_dagster.storage.pipeline_tables import load_assessment, save_assessment
 from tests.support.pipeline_helpers import detection, resources, sensor_tick
 
 PROFILES = """cameras:
@@ -60,7 +66,8 @@ def look(
 
 def run(tmp_path, lines: list[str]) -> tuple[str, list[tuple[str, Any, dict]], dict]:
     """Each batch through detection_batches + enriched_contexts in time order, then its floor right after (as
-    risk_assessments would judge it then): [(batch_id, floor, enriched_contexts metadata)], and the resources."""
+    risk_assessments would judge it then) and its verdict stored as risk_assessments stores it, for a model that said
+    10 with trust 0: [(batch_id, floor, enriched_contexts metadata)], and the resources."""
     db = str(tmp_path / "hsi.duckdb")
     profiles = tmp_path / "cameras.yaml"
     profiles.write_text(PROFILES)
@@ -84,6 +91,8 @@ def run(tmp_path, lines: list[str]) -> tuple[str, list[tuple[str, Any, dict]], d
             with connect(db) as conn:
                 camera = conn.execute("SELECT camera_id FROM detection_batches WHERE batch_id = ?", [key]).fetchone()[0]
                 floor, _ = batch_floor(conn, key, camera, settings, camera_profiles)
+                verdict = final_verdict(10, floor, 0)
+                save_assessment(conn, {"batch_id": key, "camera_id": camera, "status": "ok", **verdict.columns()})
             out.append((key, floor, {name: value.value for name, value in metadata.items()}))
     return db, out, res
 
@@ -94,22 +103,42 @@ def test_one_unknown_person_on_three_cameras_at_night_is_one_visit_and_the_third
         *look("a", "front_door", t),
         *look("b", "driveway", t + timedelta(minutes=2)),
         *look("c", "side_gate", t + timedelta(minutes=5), zone="alley"),
+        *look("d", "front_door", t + timedelta(minutes=7)),  # back at the front: same visit, no second alert
     ]
     db, batches, _ = run(tmp_path, lines)
-    assert [floor.level for _, floor, _ in batches] == ["low", "medium", "high"]
+    assert [floor.level for _, floor, _ in batches] == ["low", "medium", "high", "high"]
     third = batches[2][1]
     visit_id = batches[2][2]["visit_id"]
     assert third.score == 70 and third.reasons[0] == (
         f"visit {visit_id}: third camera in 6 minutes: front_door 02:30, driveway 02:32, side_gate 02:35 "
         "(a person not known at night) -> 70 high"
     )
-    assert [meta["visit_id"] for _, _, meta in batches] == [visit_id] * 3
+    assert [meta["visit_id"] for _, _, meta in batches] == [visit_id] * 4
     assert batches[2][2]["visit_cameras"] == "front_door 02:30, driveway 02:32, side_gate 02:35"
     assert batches[2][2]["visit_level"] == "high" and batches[1][2]["visit_level"] == "medium"
     with duckdb.connect(db, read_only=True) as conn:
         visit = conn.execute("SELECT cameras, batch_count, risk_level FROM visits").fetchall()
         links = conn.execute("SELECT count(*) FROM visit_batches").fetchone()
-    assert visit == [(["front_door", "driveway", "side_gate"], 3, "high")] and links == (3,)
+    assert visit == [(["front_door", "driveway", "side_gate"], 4, "high")] and links == (4,)
+    keys = [key for key, _, _ in batches]
+    webhook = AlertWebhookResource(url=None)
+    with connect(db) as conn:
+        # the first look's stored verdict is not rewritten: the escalation is the visit's own row
+        assert load_assessment(conn, keys[0])["risk_level"] == "low"
+        assert risk_alert_for(conn, keys[1]) is None  # medium does not alert
+        alert, again = risk_alert_for(conn, keys[2]), risk_alert_for(conn, keys[3])
+        assert alert is not None and again is not None
+        assert alert.alert_id == again.alert_id == f"{visit_id}:risk:high"
+        assert alert.payload()["visit"]["cameras"] == ["front_door", "driveway", "side_gate"]
+        assert alert.payload()["visit"]["level"] == "high"
+        assert [webhook.raise_alert(conn, alert), webhook.raise_alert(conn, again)] == ["disabled", None]
+        verdicts = {v.batch_id: v for v in unpublished_verdicts(conn, t - timedelta(days=2), 10)}
+    state = state_payload(verdicts[keys[2]])
+    assert (state["visit_id"], state["visit_cameras"], state["visit_level"]) == (
+        visit_id,
+        ["front_door", "driveway", "side_gate"],
+        "high",
+    )
 
 
 def test_harmless_visits_stay_low(tmp_path):

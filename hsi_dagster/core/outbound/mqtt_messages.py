@@ -167,6 +167,9 @@ class StoredVerdict:
     model_level: str | None = None  # the level of the model's own score (core/verdict/trust.py)
     model_trust: int | None = None  # the trust that applied to it
     trust_reason: str | None = None  # why that trust
+    visit_id: str | None = None  # the visit across cameras the batch is part of (storage/visits.py)
+    visit_cameras: tuple[str, ...] = ()
+    visit_level: str | None = None  # the visit's own level
 
     @property
     def is_threat(self) -> bool:
@@ -228,6 +231,9 @@ def state_payload(verdict: StoredVerdict) -> dict[str, Any]:
         "model_trust": verdict.model_trust,
         "model_note": clean_text(verdict.model_note, HA_STATE_MAX_CHARS) if verdict.model_note else None,
         "batch_id": clean_text(verdict.batch_id, 200),
+        "visit_id": clean_text(verdict.visit_id, 200) if verdict.visit_id else None,
+        "visit_cameras": [clean_text(camera, 64) for camera in verdict.visit_cameras],
+        "visit_level": verdict.visit_level if verdict.visit_level in RISK_LEVELS else None,
         "window_start": _iso(verdict.window_start),
         "assessed_at": _iso(verdict.assessed_at),
     }

@@ -176,3 +176,16 @@ def test_frigate_writeback_texts_and_decisions() -> None:
         FAILED,
     ]
     assert len(verdict_line("critical", 99, "s" * 5000)) == 500
+
+
+def test_the_state_names_the_batchs_visit() -> None:
+    state = state_payload(
+        verdict("b3", 70, 0, "high", visit_id="visit:b1", visit_cameras=("front_door", "side_gate"), visit_level="high")
+    )
+    assert (state["visit_id"], state["visit_cameras"], state["visit_level"]) == (
+        "visit:b1",
+        ["front_door", "side_gate"],
+        "high",
+    )
+    alone = state_payload(verdict("b4", 10, 0, "low"))
+    assert (alone["visit_id"], alone["visit_cameras"], alone["visit_level"]) == (None, [], None)
