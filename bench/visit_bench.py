@@ -7,10 +7,12 @@ batches as sightings, up to 40: VISIT_MAX_BATCHES) except for `--batches` batche
 last day, which are then linked one after another in time order on one connection:
   sighting  steps.sighting_for: the batch's sighting from its enriched context (built before, untimed)
   link      storage.visits.link_batch: the candidate visits (a range read on `visits`), the choice, the writes
-  level     steps.visit_level_for (the visit's facts and rules) + storage.visits.record_visit_level
+  level     storage.visits.visits_before (the night's earlier visits) + steps.visit_level_for (the facts and
+            rules of the visit and of those) + storage.visits.record_visit_level
   floor     storage.visits.visit_of_batch + steps.floor_with_visit (what risk_assessments adds to the floor)
   total     the four together
-and then each is linked a second time (a retry: nothing written).
+and then each is linked a second time (a retry: nothing written). The night hours are set to 00-23 so that every
+batch takes the worst path (the night's earlier visits read, the visit rules fire, the level written).
 
     flock /tmp/hsi-heavy.lock .venv/bin/python bench/visit_bench.py [--detections 1000000] [--batches 200]
 """
@@ -32,12 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 from hsi_dagster.core.context.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.verdict.evidence import Floor  # noqa: E402
+from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW  # noqa: E402
 from hsi_dagster.core.visits.linking import VisitRules  # noqa: E402
 from hsi_dagster.settings import load_settings  # noqa: E402
 from hsi_dagster.steps import floor_with_visit, sighting_for, visit_level_for  # noqa: E402
 from hsi_dagster.storage.batches import load_batch  # noqa: E402
 from hsi_dagster.storage.db import connect  # noqa: E402
-from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_of_batch  # noqa: E402
+from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_of_batch, visits_before  # noqa: E402
 
 CAMERAS = 8
 DAYS = 30
@@ -114,7 +117,8 @@ def stats(values: list[float]) -> str:
 
 
 def per_batch(db: Path, batch_ids: list[str]) -> dict[str, list[float]]:
-    settings = load_settings(os.devnull)
+    # every hour a night hour: each batch takes the worst path (the night's earlier visits read, the rules fire)
+    settings = load_settings(os.devnull, EVIDENCE_NIGHT_START_HOUR="0", EVIDENCE_NIGHT_END_HOUR="23")
     rules = VisitRules.from_settings(settings)
     timings: dict[str, list[float]] = {"sighting": [], "link": [], "level": [], "floor": [], "total": [], "retry": []}
     with connect(db) as conn:
@@ -130,7 +134,7 @@ def per_batch(db: Path, batch_ids: list[str]) -> dict[str, list[float]]:
                 continue
             visit, _, _ = link_batch(conn, sighting, rules, datetime.now(UTC))
             t_link = time.perf_counter()
-            level = visit_level_for(visit, settings)
+            level = visit_level_for(visit, settings, visits_before(conn, visit, EARLIER_WINDOW))
             record_visit_level(conn, visit.visit_id, level.score, level.level, level.reasons, datetime.now(UTC))
             t_level = time.perf_counter()
             floor_with_visit(Floor(0, "low", (), ()), visit_of_batch(conn, context.batch.batch_id))

@@ -139,9 +139,12 @@ def sighting_for(context: EnrichedContext, profile: CameraProfile | None, settin
     return sighting_of(context, profile, known_plates=rules.known_plates, min_confidence=rules.presence_min_confidence)
 
 
-def visit_level_for(visit: Visit, settings: HsiSettings) -> VisitLevel:
-    """The visit's own floor (core/verdict/visit_rules.py) with the settings' night hours."""
-    return visit_level(visit_facts(visit), EvidenceRules.from_settings(settings))
+def visit_level_for(visit: Visit, settings: HsiSettings, earlier: Sequence[Visit] = ()) -> VisitLevel:
+    """The visit's own floor (core/verdict/visit_rules.py) with the settings' night hours, and the site's earlier
+    visits of the night (`earlier`)."""
+    return visit_level(
+        visit_facts(visit), EvidenceRules.from_settings(settings), [visit_facts(other) for other in earlier]
+    )
 
 
 def floor_with_visit(floor: Floor, visit: Visit | None) -> Floor:

@@ -11,11 +11,12 @@ import dagster as dg
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
+from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW
 from hsi_dagster.core.visits.facts import visit_facts
 from hsi_dagster.core.visits.linking import Visit, VisitRules
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.steps import sighting_for, visit_level_for
-from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_of_batch
+from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_of_batch, visits_before
 
 
 def link_into_visit(
@@ -28,7 +29,7 @@ def link_into_visit(
         return None, "no person or vehicle: no visit"
     now = datetime.now(UTC)
     visit, _, why = link_batch(conn, sighting, VisitRules.from_settings(settings), now)
-    level = visit_level_for(visit, settings)
+    level = visit_level_for(visit, settings, visits_before(conn, visit, EARLIER_WINDOW))
     if level.score > 0:
         record_visit_level(conn, visit.visit_id, level.score, level.level, level.reasons, now)
     return visit_of_batch(conn, enriched.batch.batch_id), why

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import duckdb
 
@@ -102,6 +102,17 @@ def record_visit_level(
         [score, level, json.dumps(list(reasons), ensure_ascii=False), now, visit_id, score],
     ).fetchall()
     return bool(raised)
+
+
+def visits_before(conn: duckdb.DuckDBPyConnection, visit: Visit, window: timedelta, limit: int = 5) -> list[Visit]:
+    """The site's visits with a person not known that ended before this one began, within `window`, oldest first
+    (at most `limit`): the evidence of "second visit tonight"."""
+    rows = conn.execute(
+        f"SELECT {_VISIT_COLUMNS} FROM visits WHERE is_unknown AND visit_id <> ? AND last_ts < ? AND last_ts >= ?"
+        " ORDER BY first_ts LIMIT ?",
+        [visit.visit_id, visit.first_ts, visit.first_ts - window, limit],
+    ).fetchall()
+    return [_visit(row) for row in rows]
 
 
 def visit_batch_ids(conn: duckdb.DuckDBPyConnection, visit_id: str) -> list[str]:

@@ -8,7 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 from hsi_dagster.core.visits.linking import VisitRules
 from hsi_dagster.storage.db import connect
-from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_batch_ids, visit_of_batch
+from hsi_dagster.storage.visits import (
+    link_batch,
+    record_visit_level,
+    visit_batch_ids,
+    visit_of_batch,
+    visits_before,
+)
 from tests.core.visits.helpers import LONDON_NIGHT, sighting
 
 MIN = timedelta(minutes=1)
@@ -81,3 +87,16 @@ def test_a_batch_out_of_reach_or_another_known_person_is_its_own_visit(tmp_path)
 def visit_of_batch_missing(db) -> bool:
     with connect(db, read_only=True) as conn:
         return visit_of_batch(conn, "never-linked") is None
+
+
+def test_the_visits_before_one_are_those_of_the_last_hours_with_a_stranger(tmp_path):
+    db = tmp_path / "hsi.duckdb"
+    rules = VisitRules()
+    with connect(db) as conn:
+        old, _, _ = link_batch(conn, sighting("street", LONDON_NIGHT - 13 * 60 * MIN, batch_id="old"), rules, NOW)
+        link_batch(conn, sighting("drive", LONDON_NIGHT - 60 * MIN, unknown=0, known=("resident:alex",)), rules, NOW)
+        first, _, _ = link_batch(conn, sighting("front_door", LONDON_NIGHT, batch_id="first"), rules, NOW)
+        second, _, _ = link_batch(conn, sighting("side_gate", LONDON_NIGHT + 90 * MIN, batch_id="second"), rules, NOW)
+        before = visits_before(conn, second, timedelta(hours=12))
+    assert [v.visit_id for v in before] == [first.visit_id]  # not the resident's, not yesterday's
+    assert old.visit_id not in {v.visit_id for v in before}

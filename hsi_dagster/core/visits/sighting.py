@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -50,17 +50,17 @@ class Sighting:
     still_zone: str | None = None  # where (its first zone), None: no zone known
 
     def to_json(self) -> dict[str, Any]:
-        row = asdict(self)
+        """A JSON-ready dict (not dataclasses.asdict: its deep copy was most of a link's time)."""
+        row = {name: getattr(self, name) for name in _FIELDS}
         row["start"], row["end"] = self.start.isoformat(), self.end.isoformat()
         return row
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> Sighting:
-        names = {f.name for f in fields(cls)}
-        values = {key: value for key, value in row.items() if key in names}
+        values = {key: value for key, value in row.items() if key in _FIELDS}
         for key in ("start", "end"):
             values[key] = datetime.fromisoformat(values[key]).astimezone(UTC)
-        for key in ("known_identities", "identities", "plates", "entry_zones", "private_zones"):
+        for key in _NAME_LISTS:
             values[key] = tuple(values.get(key) or ())
         return cls(**values)
 
@@ -72,6 +72,10 @@ class Sighting:
     def names(self) -> frozenset[str]:
         """What can link this sighting to another by recognition: identities and plates."""
         return frozenset(self.identities) | frozenset(f"plate:{p}" for p in self.plates)
+
+
+_FIELDS = tuple(f.name for f in fields(Sighting))
+_NAME_LISTS = ("known_identities", "identities", "plates", "entry_zones", "private_zones")
 
 
 def sightings_to_json(sightings: Iterable[Sighting]) -> str:

@@ -70,3 +70,20 @@ def test_a_batch_starts_from_its_visits_level_and_a_visit_level_never_drops():
     assert raised_by_visit(low_floor, VisitLevel(0, "low", ())) is low_floor
     assert kept_level(high, VisitLevel(45, "medium", ("two cameras",))) is high
     assert kept_level(VisitLevel(45, "medium", ("m",)), high) is high
+
+
+def test_a_second_visit_the_same_night_is_high_but_a_passer_by_twice_is_not():
+    casing = visit_facts(visit(sighting("front_door", LONDON_NIGHT), sighting("driveway", LONDON_NIGHT + 2 * MIN)))
+    back = visit_facts(visit(sighting("side_gate", LONDON_NIGHT + 90 * MIN)))
+    level = visit_level(back, RULES, [casing])
+    assert level.score == 70 and level.reasons == (
+        "visit visit:side_gate-040000: second visit tonight: visit:front_door-023000 at 02:30 (front_door 02:30, "
+        "driveway 02:32), now side_gate 04:00 (a person not known at night) -> 70 high",
+    )
+    passer_by = visit_facts(visit(sighting("street", LONDON_NIGHT)))
+    again = visit_facts(visit(sighting("street", LONDON_NIGHT + 60 * MIN)))
+    assert visit_level(again, RULES, [passer_by]).score == 0
+    by_day = visit_facts(visit(sighting("side_gate", LONDON_NIGHT + 8 * 60 * MIN)))  # 10:30: not at night
+    assert visit_level(by_day, RULES, [casing]).score == 0
+    resident = visit_facts(visit(sighting("side_gate", LONDON_NIGHT + 90 * MIN, unknown=0, known=("resident:alex",))))
+    assert visit_level(resident, RULES, [casing]).score == 0
