@@ -141,6 +141,20 @@ def test_one_unknown_person_on_three_cameras_at_night_is_one_visit_and_the_third
     )
 
 
+def test_a_second_visit_the_same_night_is_high(tmp_path):
+    t = night(2, 30)
+    lines = [
+        *look("a", "front_door", t),
+        *look("b", "driveway", t + timedelta(minutes=2)),
+        *look("c", "side_gate", t + timedelta(minutes=90), zone="alley"),  # back at 04:00, on one camera
+    ]
+    _, batches, _ = run(tmp_path, lines)
+    assert [floor.level for _, floor, _ in batches] == ["low", "medium", "high"]
+    first_visit, last = batches[0][2]["visit_id"], batches[2]
+    assert last[2]["visit_id"] != first_visit
+    assert last[1].reasons[0].startswith(f"visit {last[2]['visit_id']}: second visit tonight: {first_visit} at 02:30")
+
+
 def test_harmless_visits_stay_low(tmp_path):
     resident_walk = night(1, 0)
     party = night(3, 0)
