@@ -240,8 +240,12 @@ def state_payload(verdict: StoredVerdict) -> dict[str, Any]:
 
 
 def verdict_event_payload(verdict: StoredVerdict) -> dict[str, Any]:
-    """An event for a high or critical verdict; `event_id` is stable per batch (a consumer can drop a repeat)."""
-    return {"event_id": f"verdict:{verdict.batch_id}", "kind": "verdict", **state_payload(verdict)}
+    """An event for a high or critical verdict; `event_id` is stable per batch (a consumer can drop a repeat), and per
+    visit and level for a batch of a visit across cameras (one event per visit, a new one when it escalates)."""
+    event_id = f"verdict:{verdict.batch_id}"
+    if verdict.visit_id and len(verdict.visit_cameras) >= 2:
+        event_id = f"visit:{verdict.visit_id}:{verdict.risk_level}"
+    return {"event_id": event_id, "kind": "verdict", **state_payload(verdict)}
 
 
 def evidence_event_payload(alert: StoredEvidenceAlert) -> dict[str, Any]:

@@ -90,11 +90,6 @@ def visit_level(facts: VisitFacts, rules: EvidenceRules, earlier: Sequence[Visit
     return VisitLevel(score, level_for_score(score), reasons)
 
 
-def kept_level(stored: VisitLevel, computed: VisitLevel) -> VisitLevel:
-    """A visit's level never goes down: a later, calmer computation keeps the stored level and its reasons."""
-    return computed if computed.score >= stored.score and computed.reasons else stored
-
-
 def raised_by_visit(floor: Floor, visit: VisitLevel) -> Floor:
     """The batch's floor, starting from its visit's level: a batch judged later in the visit is at least that."""
     if visit.score < MEDIUM:

@@ -189,3 +189,9 @@ def test_the_state_names_the_batchs_visit() -> None:
     )
     alone = state_payload(verdict("b4", 10, 0, "low"))
     assert (alone["visit_id"], alone["visit_cameras"], alone["visit_level"]) == (None, [], None)
+    events = [
+        verdict_event_payload(verdict(b, 70, 0, "high", visit_id="visit:b1", visit_cameras=("a", "b"))) for b in "xy"
+    ]
+    assert [e["event_id"] for e in events] == ["visit:visit:b1:high", "visit:visit:b1:high"]  # one event per visit
+    one_camera = verdict_event_payload(verdict("b5", 70, 0, "high", visit_id="visit:b5", visit_cameras=("a",)))
+    assert one_camera["event_id"] == "verdict:b5"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor
-from hsi_dagster.core.verdict.visit_rules import VisitLevel, kept_level, raised_by_visit, visit_level
+from hsi_dagster.core.verdict.visit_rules import VisitLevel, raised_by_visit, visit_level
 from hsi_dagster.core.visits.facts import visit_facts
 from hsi_dagster.core.visits.linking import new_visit, with_sighting
 from tests.core.visits.helpers import LONDON_NIGHT, sighting
@@ -59,7 +59,7 @@ def test_harmless_visits_fire_nothing():
     assert postman.reasons == resident.reasons == one_camera.reasons == ()
 
 
-def test_a_batch_starts_from_its_visits_level_and_a_visit_level_never_drops():
+def test_a_batch_starts_from_its_visits_level():
     high = VisitLevel(70, "high", ("visit v: third camera -> 70 high",))
     low_floor = Floor(0, "low", (), ())
     raised = raised_by_visit(low_floor, high)
@@ -68,8 +68,6 @@ def test_a_batch_starts_from_its_visits_level_and_a_visit_level_never_drops():
     assert raised_by_visit(critical, high).score == 90
     assert raised_by_visit(critical, high).reasons == ("weapon -> 90 critical", *high.reasons)
     assert raised_by_visit(low_floor, VisitLevel(0, "low", ())) is low_floor
-    assert kept_level(high, VisitLevel(45, "medium", ("two cameras",))) is high
-    assert kept_level(VisitLevel(45, "medium", ("m",)), high) is high
 
 
 def test_a_second_visit_the_same_night_is_high_but_a_passer_by_twice_is_not():
