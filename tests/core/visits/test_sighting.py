@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, ResidentVehicle
+from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.visits.sighting import Sighting, sighting_of, sightings_from_json, sightings_to_json
 from tests.core.visits.helpers import LONDON_NIGHT, STRANGER, context_of, resident
 
@@ -57,3 +58,28 @@ def test_a_sighting_round_trips_through_its_stored_json():
     assert again == (seen,)
     assert isinstance(again[0], Sighting) and again[0].end - again[0].start == timedelta(seconds=15)
     assert again[0].start.tzinfo is not None and again[0].start == datetime.fromisoformat(seen.start.isoformat())
+
+
+def test_a_street_party_of_a_hundred_tracks_is_one_bounded_sighting():
+    detections = [
+        {
+            "detection_id": f"p{n}",
+            "ts": (LONDON_NIGHT + timedelta(seconds=n % 60)).isoformat(),
+            "label": "person",
+            "confidence": 0.9,
+            "zone": "pavement",
+            "track_id": f"t{n}",
+            "enrichment": {"reid": {"identity": f"guest-{n}", "known": False}},
+        }
+        for n in range(100)
+    ]
+    detections.sort(key=lambda d: d["ts"])
+    batch = {
+        "batch_id": "party",
+        "camera_id": "street",
+        "started_at": detections[0]["ts"],
+        "last_ts": detections[-1]["ts"],
+    }
+    seen = sighting_of(build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2), None)
+    assert seen is not None and seen.unknown_people == 100
+    assert len(seen.identities) == 16 and seen.identities[0] == "guest-0"
