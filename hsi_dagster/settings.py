@@ -204,6 +204,16 @@ class HsiSettings(BaseSettings):
         10.0, gt=0, le=240, description="Minutes before a batch in which other cameras' activity is listed."
     )
 
+    # --- visits (issue 44; core/visits/): batches linked across cameras when people or vehicles appear within a gap ---
+    VISIT_GAP_SECONDS: float = Field(
+        300.0, gt=0, le=3600, description="A batch starting within this many seconds of a visit's span joins it."
+    )
+    VISIT_MAX_SPAN_SECONDS: float = Field(1800.0, gt=0, le=86400, description="A visit never spans longer than this.")
+    VISIT_MAX_BATCHES: int = Field(40, ge=1, le=1000, description="A visit never holds more batches than this.")
+    VISIT_CLOCK_SKEW_SECONDS: float = Field(
+        30.0, ge=0, le=600, description="Cameras' clocks may disagree by this much; added to the gap."
+    )
+
     # --- batching (contract section 2) ---
     BATCH_WINDOW_SECONDS: float = Field(90.0, gt=0)
     BATCH_IDLE_TIMEOUT_SECONDS: float = Field(30.0, gt=0)

@@ -31,6 +31,10 @@ from hsi_dagster.core.verdict.assessment import AssessmentOutcome, Reply, assess
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor, evidence_floor
 from hsi_dagster.core.verdict.final import Verdict, final_verdict
 from hsi_dagster.core.verdict.trust import Trust
+from hsi_dagster.core.verdict.visit_rules import VisitLevel, raised_by_visit, visit_level
+from hsi_dagster.core.visits.facts import visit_facts
+from hsi_dagster.core.visits.linking import Visit
+from hsi_dagster.core.visits.sighting import Sighting, sighting_of
 from hsi_dagster.settings import HsiSettings
 
 R = TypeVar("R", bound=Reply)
@@ -126,6 +130,28 @@ def floor_for(
 ) -> Floor:
     """The evidence floor of a batch with the settings' EVIDENCE_* rules."""
     return evidence_floor(context, profile, history, EvidenceRules.from_settings(settings))
+
+
+def sighting_for(context: EnrichedContext, profile: CameraProfile | None, settings: HsiSettings) -> Sighting | None:
+    """What the batch adds to a visit (core/visits/sighting.py), with the household's plates and the floor's presence
+    threshold; None: no person or vehicle (it joins no visit)."""
+    rules = EvidenceRules.from_settings(settings)
+    return sighting_of(context, profile, known_plates=rules.known_plates, min_confidence=rules.presence_min_confidence)
+
+
+def visit_level_for(visit: Visit, settings: HsiSettings, earlier: Sequence[Visit] = ()) -> VisitLevel:
+    """The visit's own floor (core/verdict/visit_rules.py) with the settings' night hours, and the site's earlier
+    visits of the night (`earlier`)."""
+    return visit_level(
+        visit_facts(visit), EvidenceRules.from_settings(settings), [visit_facts(other) for other in earlier]
+    )
+
+
+def floor_with_visit(floor: Floor, visit: Visit | None) -> Floor:
+    """The batch's floor starting from its visit's stored level (never lowered by it)."""
+    if visit is None:
+        return floor
+    return raised_by_visit(floor, VisitLevel(visit.score, visit.level, visit.reasons))
 
 
 def assess_batch(messages: list[dict], chat_json: ChatJson[R], *, max_tokens: int, schema: str) -> AssessmentOutcome[R]:

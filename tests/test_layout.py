@@ -276,6 +276,7 @@ CORE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # core/__init__.py
     ("core.intake",),  # record validation, the fast check, batching, which batches to run
     ("core.context", "core.frigate"),  # enrichment, history, camera profiles, sections; Frigate's payloads
+    ("core.visits",),  # a batch's sighting linked into a visit across cameras; the visit's facts
     ("core.prompt",),  # the static prompt and sections, tokens, budget, output schemas, rubric
     ("core.verdict",),  # call and repair, evidence floor, the stored verdict, alerts
     ("core.outbound",),  # MQTT messages, Frigate write-back, timeline

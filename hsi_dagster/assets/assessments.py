@@ -21,6 +21,7 @@ from hsi_dagster.assets.checks import (
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
+from hsi_dagster.assets.visits import visit_metadata
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
@@ -42,11 +43,12 @@ from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
 from hsi_dagster.settings import HsiSettings
-from hsi_dagster.steps import assess_batch, context_for_batch, floor_for, verdict_for
+from hsi_dagster.steps import assess_batch, context_for_batch, floor_for, floor_with_visit, verdict_for
 from hsi_dagster.storage.batches import batch_camera_id, load_batch, track_detections_before
 from hsi_dagster.storage.evidence_alerts import alerts_for_batch, attach_batch
 from hsi_dagster.storage.pipeline_tables import load_assessment, load_context_json, load_prompt, save_assessment
 from hsi_dagster.storage.trust import trust_record_for
+from hsi_dagster.storage.visits import visit_of_batch
 
 LLM_RETRY_POLICY = dg.RetryPolicy(max_retries=2, delay=5, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
@@ -67,14 +69,16 @@ def batch_history(enriched: EnrichedContext) -> HistoryFacts | None:
 
 def batch_floor(conn, batch_id: str, camera_id: str, settings: HsiSettings, profiles: dict) -> tuple[Floor, list[str]]:
     """The evidence floor of a stored batch (its EnrichedContext, the camera's profile as configured now, the
-    history facts), raised to the evidence-only alerts already sent for its detections; and those alerts' keys."""
+    history facts), raised to the evidence-only alerts already sent for its detections and to its visit's level
+    (storage/visits.py: a batch judged later in a visit starts from the visit's level); and those alerts' keys."""
     enriched = EnrichedContext.from_json(load_context_json(conn, batch_id))
     profile = profiles.get(camera_id) or enriched.camera_profile
     floor = floor_for(enriched, profile, batch_history(enriched), settings)
     if enriched.batch.close_reason == "fast_path":
         floor = fast_path_floor(conn, batch_id, floor, enriched, profile, settings)
     alerts = alerts_for_batch(conn, batch_id)
-    return raised_by_evidence_alerts(floor, alerts), [alert["alert_key"] for alert in alerts]
+    floor = floor_with_visit(raised_by_evidence_alerts(floor, alerts), visit_of_batch(conn, batch_id))
+    return floor, [alert["alert_key"] for alert in alerts]
 
 
 def fast_path_floor(
@@ -221,6 +225,7 @@ def risk_assessments(
             conn, batch_id, camera_id, settings, pipeline_settings.camera_profiles()
         )
         quality_level = EnrichedContext.from_json(load_context_json(conn, batch_id)).quality_level
+        visit = visit_of_batch(conn, batch_id)
     calls = outcome.replies
     trust = answering_trust(llm, duckdb, calls[-1].server_url, schema, quality_level, settings.MODEL_TRUST)
     fields, verdict = verdict_for(outcome, floor, trust)
@@ -267,6 +272,7 @@ def risk_assessments(
             "max_output_tokens": max_output_tokens,
             "assessment_schema": schema,
             **verdict_metadata(verdict, floor.ignored),
+            **visit_metadata(visit),
         },
         check_results=[
             stored_assessment_valid(stored),

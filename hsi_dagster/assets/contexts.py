@@ -6,6 +6,7 @@ import dagster as dg
 
 from hsi_dagster.assets.baselines import batch_history, camera_baselines, history_metadata
 from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.assets.visits import link_into_visit, visit_metadata
 from hsi_dagster.core.context.history import HistoryRules
 from hsi_dagster.core.context.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
@@ -61,6 +62,7 @@ def enriched_contexts(
             settings.ENRICHMENT_QUALITY_LEVEL,
             list(fetched.missing_types),
         )
+        visit, why = link_into_visit(conn, enriched, profiles.get(batch["camera_id"]), settings)
     return dg.MaterializeResult(
         metadata={
             "camera_id": batch["camera_id"],
@@ -71,5 +73,6 @@ def enriched_contexts(
             "history_s": round(history_s, 4),
             "frigate_reviews": len(enriched.reviews),
             **history_metadata(history),
+            **visit_metadata(visit, why),
         }
     )

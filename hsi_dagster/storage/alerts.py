@@ -7,9 +7,11 @@ from datetime import datetime
 
 import duckdb
 
+from hsi_dagster.core.outbound.mqtt_messages import reasons_from
 from hsi_dagster.core.verdict.alerts import (
     PROMPT_TOO_LARGE,
     Alert,
+    VisitRef,
     fast_path_unassessed_alert,
     prompt_too_large_alert,
     risk_alert,
@@ -20,11 +22,17 @@ def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | No
     """The alert the batch's verdict calls for, if any: a valid assessment (`ok`), or the evidence floor's verdict
     when the model gave no usable output (`floor_only`, core/verdict/final.py)."""
     row = conn.execute(
-        "SELECT camera_id, risk_level, risk_score, summary FROM risk_assessments"
-        " WHERE batch_id = ? AND status IN ('ok', 'floor_only')",
+        "SELECT r.camera_id, r.risk_level, r.risk_score, r.summary, v.visit_id, v.cameras, v.risk_level, v.reasons"
+        " FROM risk_assessments r LEFT JOIN visit_batches vb ON vb.batch_id = r.batch_id"
+        " LEFT JOIN visits v ON v.visit_id = vb.visit_id"
+        " WHERE r.batch_id = ? AND r.status IN ('ok', 'floor_only')",
         [batch_id],
     ).fetchone()
-    return None if row is None else risk_alert(batch_id, *row)
+    if row is None:
+        return None
+    camera_id, level, score, summary, visit_id, cameras, visit_level, reasons = row
+    visit = None if visit_id is None else VisitRef(visit_id, tuple(cameras), visit_level, reasons_from(reasons))
+    return risk_alert(batch_id, camera_id, level, score, summary, visit=visit)
 
 
 def unassessed_fast_path_alert(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:

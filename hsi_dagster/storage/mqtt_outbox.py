@@ -112,14 +112,18 @@ def _verdicts(
 ) -> list[StoredVerdict]:
     """Verdicts (statuses `ok` and `floor_only`, core/verdict/final.py) matching `where` (over `r`, risk_assessments,
     and `b`, detection_batches), per camera in window order (then assessment order); the floor columns (migration 6)
-    and the trust columns (migration 11) when present."""
+    and the trust columns (migration 11) when present; the batch's visit (migration 44)."""
     present = _columns(conn, "risk_assessments")
     columns = ("floor_score", "floor_reasons", "model_score", "model_level", "model_trust", "trust_reason")
     optional = ", ".join(f"r.{name}" if name in present else f"NULL AS {name}" for name in columns)
+    visit_columns, visit_join = "NULL, NULL, NULL", ""
+    if _columns(conn, "visit_batches"):  # migration 44; a read-only connection to an older file has none
+        visit_columns = "v.visit_id, v.cameras, v.risk_level AS visit_level"
+        visit_join = "LEFT JOIN visit_batches vb ON vb.batch_id = r.batch_id LEFT JOIN visits v USING (visit_id)"
     rows = conn.execute(
         f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
-                   r.assessed_at, {optional}
-            FROM risk_assessments r LEFT JOIN detection_batches b USING (batch_id)
+                   r.assessed_at, {optional}, {visit_columns}
+            FROM risk_assessments r LEFT JOIN detection_batches b USING (batch_id) {visit_join}
             WHERE list_contains($statuses, r.status) AND r.risk_level IS NOT NULL AND {where}
             ORDER BY r.camera_id, coalesce(b.started_at, r.assessed_at), r.assessed_at, r.batch_id"""
         + (f" LIMIT {int(limit)}" if limit is not None else ""),
@@ -133,7 +137,22 @@ def _verdicts(
         reasons = reasons_from(floor_reasons) or _factor_reasons(assessment)
         verdicts.append(
             StoredVerdict(
-                batch_id, camera_id, level, score, summary, reasons, started, assessed, floor, model, *row[11:]
+                batch_id,
+                camera_id,
+                level,
+                score,
+                summary,
+                reasons,
+                started,
+                assessed,
+                floor,
+                model,
+                model_level=row[11],
+                model_trust=row[12],
+                trust_reason=row[13],
+                visit_id=row[14],
+                visit_cameras=tuple(row[15] or ()),
+                visit_level=row[16],
             )
         )
     return verdicts

@@ -431,6 +431,37 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        44,  # issue 44's number
+        "visits: batches of one site linked across cameras (core/visits/), the visit's own level",
+        # storage/visits.py: one row per visit (its sightings kept as JSON, at most VISIT_MAX_BATCHES) and one link
+        # row per batch (keyed by batch: linking it again links nothing twice). The visit's level is its own verdict:
+        # an escalation is recorded here, never by rewriting an earlier batch's stored assessment.
+        """
+        CREATE TABLE IF NOT EXISTS visits (
+            visit_id VARCHAR PRIMARY KEY,
+            first_ts TIMESTAMPTZ NOT NULL,
+            last_ts TIMESTAMPTZ NOT NULL,
+            cameras VARCHAR[] NOT NULL,
+            batch_count INTEGER NOT NULL,
+            identities VARCHAR[] NOT NULL,
+            is_unknown BOOLEAN NOT NULL,
+            sightings JSON NOT NULL,
+            risk_score INTEGER NOT NULL DEFAULT 0,
+            risk_level VARCHAR NOT NULL DEFAULT 'low',
+            reasons JSON NOT NULL DEFAULT '[]',
+            updated_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS visit_batches (
+            batch_id VARCHAR PRIMARY KEY,
+            visit_id VARCHAR NOT NULL,
+            camera_id VARCHAR NOT NULL,
+            why VARCHAR NOT NULL,
+            linked_at TIMESTAMPTZ NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS visit_batches_visit ON visit_batches (visit_id);
+        """,
+    ),
 ]
 
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead

@@ -179,6 +179,9 @@ class StoredVerdict:
     model_level: str | None = None  # the level of the model's own score (core/verdict/trust.py)
     model_trust: int | None = None  # the trust that applied to it
     trust_reason: str | None = None  # why that trust
+    visit_id: str | None = None  # the visit across cameras the batch is part of (storage/visits.py)
+    visit_cameras: tuple[str, ...] = ()
+    visit_level: str | None = None  # the visit's own level
 
     @property
     def is_threat(self) -> bool:
@@ -240,14 +243,21 @@ def state_payload(verdict: StoredVerdict) -> dict[str, Any]:
         "model_trust": verdict.model_trust,
         "model_note": clean_text(verdict.model_note, HA_STATE_MAX_CHARS) if verdict.model_note else None,
         "batch_id": clean_text(verdict.batch_id, 200),
+        "visit_id": clean_text(verdict.visit_id, 200) if verdict.visit_id else None,
+        "visit_cameras": [clean_text(camera, 64) for camera in verdict.visit_cameras],
+        "visit_level": verdict.visit_level if verdict.visit_level in RISK_LEVELS else None,
         "window_start": _iso(verdict.window_start),
         "assessed_at": _iso(verdict.assessed_at),
     }
 
 
 def verdict_event_payload(verdict: StoredVerdict) -> dict[str, Any]:
-    """An event for a high or critical verdict; `event_id` is stable per batch (a consumer can drop a repeat)."""
-    return {"event_id": f"verdict:{verdict.batch_id}", "kind": "verdict", **state_payload(verdict)}
+    """An event for a high or critical verdict; `event_id` is stable per batch (a consumer can drop a repeat), and per
+    visit and level for a batch of a visit across cameras (one event per visit, a new one when it escalates)."""
+    event_id = f"verdict:{verdict.batch_id}"
+    if verdict.visit_id and len(verdict.visit_cameras) >= 2:
+        event_id = f"visit:{verdict.visit_id}:{verdict.risk_level}"
+    return {"event_id": event_id, "kind": "verdict", **state_payload(verdict)}
 
 
 def evidence_event_payload(alert: StoredEvidenceAlert) -> dict[str, Any]:

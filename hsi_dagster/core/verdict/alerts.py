@@ -20,6 +20,28 @@ WebhookAction = Literal["post", "disabled", "cooldown"]
 
 
 @dataclass(frozen=True)
+class VisitRef:
+    """The visit a verdict's batch belongs to (storage/visits.py), as the phone and Home Assistant show it."""
+
+    visit_id: str
+    cameras: tuple[str, ...]  # in the order the visit reached them
+    level: str  # the visit's own level (its escalation, never a rewrite of a stored batch)
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def multi_camera(self) -> bool:
+        return len(self.cameras) >= 2
+
+    def payload(self) -> dict:
+        return {
+            "visit_id": self.visit_id,
+            "cameras": list(self.cameras),
+            "level": self.level,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
 class Alert:
     alert_id: str
     batch_id: str
@@ -28,10 +50,11 @@ class Alert:
     risk_level: str | None
     risk_score: int | None
     summary: str | None
+    visit: VisitRef | None = None
 
     def payload(self) -> dict:
-        """The webhook's JSON body."""
-        return {
+        """The webhook's JSON body (with the visit when the batch is part of one across cameras)."""
+        body: dict = {
             "alert_id": self.alert_id,
             "kind": self.kind,
             "batch_id": self.batch_id,
@@ -40,15 +63,28 @@ class Alert:
             "risk_score": self.risk_score,
             "summary": self.summary,
         }
+        if self.visit is not None:
+            body["visit"] = self.visit.payload()
+        return body
 
 
 def risk_alert(
-    batch_id: str, camera_id: str, risk_level: str | None, risk_score: int | None, summary: str | None
+    batch_id: str,
+    camera_id: str,
+    risk_level: str | None,
+    risk_score: int | None,
+    summary: str | None,
+    visit: VisitRef | None = None,
 ) -> Alert | None:
-    """The alert a valid assessment calls for: only high and critical levels alert."""
+    """The alert a valid assessment calls for: only high and critical levels alert. A batch of a visit across
+    several cameras alerts once per visit and level (`<visit_id>:risk:<level>`): the third camera of a visit already
+    alerted high sends nothing new, an escalation to critical does."""
     if risk_level not in ALERT_LEVELS:
         return None
-    return Alert(f"{batch_id}:risk", batch_id, camera_id, RISK, risk_level, risk_score, summary)
+    if visit is not None and visit.multi_camera:
+        alert_id = f"{visit.visit_id}:risk:{risk_level}"
+        return Alert(alert_id, batch_id, camera_id, RISK, risk_level, risk_score, summary, visit)
+    return Alert(f"{batch_id}:risk", batch_id, camera_id, RISK, risk_level, risk_score, summary, visit)
 
 
 def fast_path_unassessed_alert(batch_id: str, camera_id: str, labels: Sequence[str]) -> Alert:

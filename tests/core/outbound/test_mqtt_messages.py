@@ -188,3 +188,22 @@ def test_frigate_writeback_texts_and_decisions() -> None:
         FAILED,
     ]
     assert len(verdict_line("critical", 99, "s" * 5000)) == 500
+
+
+def test_the_state_names_the_batchs_visit() -> None:
+    state = state_payload(
+        verdict("b3", 70, 0, "high", visit_id="visit:b1", visit_cameras=("front_door", "side_gate"), visit_level="high")
+    )
+    assert (state["visit_id"], state["visit_cameras"], state["visit_level"]) == (
+        "visit:b1",
+        ["front_door", "side_gate"],
+        "high",
+    )
+    alone = state_payload(verdict("b4", 10, 0, "low"))
+    assert (alone["visit_id"], alone["visit_cameras"], alone["visit_level"]) == (None, [], None)
+    events = [
+        verdict_event_payload(verdict(b, 70, 0, "high", visit_id="visit:b1", visit_cameras=("a", "b"))) for b in "xy"
+    ]
+    assert [e["event_id"] for e in events] == ["visit:visit:b1:high", "visit:visit:b1:high"]  # one event per visit
+    one_camera = verdict_event_payload(verdict("b5", 70, 0, "high", visit_id="visit:b5", visit_cameras=("a",)))
+    assert one_camera["event_id"] == "verdict:b5"

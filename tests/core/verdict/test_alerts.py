@@ -7,6 +7,7 @@ import pytest
 from hsi_dagster.core.verdict.alerts import (
     FAST_PATH_UNASSESSED,
     RISK,
+    VisitRef,
     fast_path_unassessed_alert,
     risk_alert,
     webhook_action,
@@ -65,3 +66,20 @@ def test_no_url_means_disabled(url) -> None:
 def test_cooldown_runs_from_the_last_attempt(since_last, cooldown: float, action: str) -> None:
     last = None if since_last is None else NOW - since_last
     assert webhook_action("http://127.0.0.1:9/hook", last, NOW, cooldown) == action
+
+
+def test_a_visit_across_cameras_alerts_once_per_level_with_the_visit_in_the_payload() -> None:
+    visit = VisitRef("visit:b1", ("front_door", "driveway", "side_gate"), "high", ("third camera in 6 minutes",))
+    third = risk_alert("b3", "side_gate", "high", 70, None, visit=visit)
+    fourth = risk_alert("b4", "front_door", "high", 72, None, visit=visit)
+    worse = risk_alert("b5", "side_gate", "critical", 90, None, visit=visit)
+    assert third is not None and fourth is not None and worse is not None
+    assert third.alert_id == fourth.alert_id == "visit:b1:risk:high" and worse.alert_id == "visit:b1:risk:critical"
+    assert third.payload()["visit"] == {
+        "visit_id": "visit:b1",
+        "cameras": ["front_door", "driveway", "side_gate"],
+        "level": "high",
+        "reasons": ["third camera in 6 minutes"],
+    }
+    alone = risk_alert("b9", "porch", "high", 70, None, visit=VisitRef("visit:b9", ("porch",), "low"))
+    assert alone is not None and alone.alert_id == "b9:risk"  # one camera: the batch's own alert, as before

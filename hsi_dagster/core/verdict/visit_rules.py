@@ -1,0 +1,100 @@
+"""The visit as evidence: the floor a visit's structured facts justify (core/visits/facts.py), and a batch's floor
+raised to its visit's level.
+
+Pure code. Reads only the closed-vocabulary facts a visit keeps (cameras, local hours, known or not by recogniser,
+zones reached); never free text.
+
+rule               | fires when (a person not known, at night: EvidenceRules.is_night of the sighting's local hour)
+-------------------|-------------------------------------------------------------------------------------------------
+cameras            | seen on 2 cameras of one visit -> 45 medium; on 3 or more -> 70 high
+reached after      | reached an entry or private zone on a camera after another camera of the visit -> 70 high
+visit tonight      | an earlier visit of a person not known at night within EARLIER_WINDOW (the same night), and this
+                   | visit or that one covered 2+ cameras or reached an entry or private zone -> 70 high
+                   | (a passer-by on the pavement camera twice a night is not enough)
+
+A known person (reid.known, a household plate) never fires these; by day they do not fire (the postman's round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from hsi_dagster.core.prompt.risk_schema import level_for_score
+from hsi_dagster.core.verdict.evidence import HIGH, MEDIUM, EvidenceRules, Floor
+from hsi_dagster.core.visits.facts import VisitFacts, ordinal
+
+EARLIER_WINDOW = timedelta(hours=12)  # night hours are contiguous: two night visits 12 h apart are the same night
+
+
+@dataclass(frozen=True)
+class VisitLevel:
+    score: int
+    level: str
+    reasons: tuple[str, ...]
+
+
+def _at_night(facts: VisitFacts, rules: EvidenceRules) -> VisitFacts:
+    """The facts with only the sightings of a person not known in the night hours."""
+    night = [s for s in facts.unknown_sightings if rules.is_night(s.local_hour)]
+    return replace(facts, unknown_sightings=tuple(night))
+
+
+def _substantial(facts: VisitFacts) -> bool:
+    """2+ cameras, or an entry or private zone reached, by a person not known (night facts)."""
+    reached = any(s.entry_zones or s.private_zones for s in facts.unknown_sightings)
+    return len(facts.unknown_stops) >= 2 or reached
+
+
+def visit_level(facts: VisitFacts, rules: EvidenceRules, earlier: Sequence[VisitFacts] = ()) -> VisitLevel:
+    """The visit's own floor from its facts and the site's earlier visits of the same night (storage reads those
+    within EARLIER_WINDOW before it): 0 low when no visit rule fires."""
+    night_facts = _at_night(facts, rules)
+    stops = night_facts.unknown_stops
+    fired: list[tuple[int, str]] = []
+    where = ", ".join(str(stop) for stop in stops)
+    if len(stops) >= 3:
+        text = f"{ordinal(len(stops))} camera in {night_facts.unknown_minutes} minutes: {where}"
+        fired.append((HIGH, text))
+    elif len(stops) == 2:
+        fired.append((MEDIUM, f"second camera in {night_facts.unknown_minutes} minutes: {where}"))
+    cameras = [stop.camera_id for stop in stops]
+    if len(stops) >= 2 and night_facts.reached_camera in cameras[1:]:
+        before = ", ".join(cameras[: cameras.index(night_facts.reached_camera)])
+        fired.append((HIGH, f"reached {night_facts.reached} after {before}"))
+    if stops:
+        tonight = [
+            other
+            for other in (_at_night(e, rules) for e in earlier)
+            if other.visit_id != facts.visit_id
+            and other.unknown_sightings
+            and (_substantial(other) or _substantial(night_facts))
+        ]
+        if tonight:
+            first = tonight[0].unknown_sightings[0]
+            fired.append(
+                (
+                    HIGH,
+                    f"{ordinal(len(tonight) + 1)} visit tonight: {tonight[0].visit_id} at {first.local_time} "
+                    f"({', '.join(str(stop) for stop in tonight[0].unknown_stops)}), now {where}",
+                )
+            )
+    if not fired:
+        return VisitLevel(0, level_for_score(0), ())
+    score = max(score for score, _ in fired)
+    reasons = tuple(
+        f"visit {facts.visit_id}: {text} (a person not known at night) -> {s} {level_for_score(s)}"
+        for s, text in sorted(fired, key=lambda item: -item[0])
+    )
+    return VisitLevel(score, level_for_score(score), reasons)
+
+
+def raised_by_visit(floor: Floor, visit: VisitLevel) -> Floor:
+    """The batch's floor, starting from its visit's level: a batch judged later in the visit is at least that."""
+    if visit.score < MEDIUM:
+        return floor
+    if visit.score <= floor.score:  # named, not deciding
+        return replace(floor, reasons=(*floor.reasons, *visit.reasons))
+    score = visit.score
+    return replace(floor, score=score, level=level_for_score(score), reasons=(*visit.reasons, *floor.reasons))
