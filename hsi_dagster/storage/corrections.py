@@ -28,6 +28,7 @@ from hsi_dagster.core.outbound.corrections import (
     unknown_camera,
 )
 from hsi_dagster.core.outbound.mqtt_messages import camera_key
+from hsi_dagster.storage.schema import has_table
 
 _VERDICT = (
     "SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.assessed_at FROM risk_assessments r"
@@ -35,18 +36,9 @@ _VERDICT = (
 )
 
 
-def _has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
-    """False on a database older than migration 38 opened read-only (`hsi corrections`, `hsi mqtt status`)."""
-    row = conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = current_schema()",
-        [table],
-    ).fetchone()
-    return bool(row and row[0])
-
-
 def corrections_stored(conn: duckdb.DuckDBPyConnection) -> bool:
     """Whether the database has the corrections table (migration 38)."""
-    return _has_table(conn, "corrections")
+    return has_table(conn, "corrections")
 
 
 def _verdict(row: tuple[Any, ...] | None) -> CorrectedVerdict | None:
@@ -161,7 +153,7 @@ def _resolve(
 
 def corrections(conn: duckdb.DuckDBPyConnection, limit: int = 100) -> list[dict[str, Any]]:
     """The newest corrections first, each with whether its verdict is still the batch's current one."""
-    if not _has_table(conn, "corrections"):
+    if not has_table(conn, "corrections"):
         return []
     cursor = conn.execute(
         "SELECT c.received_at, c.camera_id, c.batch_id, c.verdict_level, c.verdict_score, c.level, c.direction,"
@@ -176,7 +168,7 @@ def corrections(conn: duckdb.DuckDBPyConnection, limit: int = 100) -> list[dict[
 
 def correction_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
     """Per camera: corrected verdicts by which way the latest correction of each went (lower, higher, confirmed)."""
-    if not _has_table(conn, "corrections"):
+    if not has_table(conn, "corrections"):
         return {}
     rows = conn.execute(
         "SELECT camera_id, direction, count(*) FROM ("
@@ -191,7 +183,7 @@ def correction_counts(conn: duckdb.DuckDBPyConnection) -> dict[str, dict[str, in
 
 def refusal_counts(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Refused corrections per source and field, with the last reason (`hsi mqtt status`, `hsi corrections`)."""
-    if not _has_table(conn, "correction_refusals"):
+    if not has_table(conn, "correction_refusals"):
         return []
     cursor = conn.execute(
         "SELECT source, field, refused, last_reason, last_at FROM correction_refusals ORDER BY source, field"
@@ -202,7 +194,7 @@ def refusal_counts(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 def corrected_batch_ids(conn: duckdb.DuckDBPyConnection, among: Iterable[str] | None = None) -> set[str]:
     """Batches with at least one correction (kept past any retention)."""
-    if not _has_table(conn, "corrections"):
+    if not has_table(conn, "corrections"):
         return set()
     ids = {batch_id for (batch_id,) in conn.execute("SELECT DISTINCT batch_id FROM corrections").fetchall()}
     return ids if among is None else ids & set(among)

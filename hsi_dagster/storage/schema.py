@@ -467,6 +467,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead
 
 
+def has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """False on a database older than the migration that made `table`, opened read-only (`hsi config check`,
+    `hsi corrections`, `hsi mqtt status` read such databases without migrating them)."""
+    row = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = current_schema()",
+        [table],
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def migrate(conn: duckdb.DuckDBPyConnection) -> int:
     """Bring the database to the latest schema version; safe to call any number of times. Returns the version."""
     conn.execute(

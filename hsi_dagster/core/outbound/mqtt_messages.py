@@ -355,6 +355,14 @@ def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
         "manufacturer": MANUFACTURER,
         "model": "Risk assessment",
     }
+    shared = {
+        "availability_topic": topics.availability,
+        "payload_available": AVAILABLE,
+        "payload_not_available": NOT_AVAILABLE,
+        "device": device,
+        "origin": {"name": MANUFACTURER},
+        "qos": 1,
+    }
     messages = []
     for entity in _ENTITIES:
         config = {
@@ -362,12 +370,7 @@ def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
             "unique_id": f"hsi_{camera.slug}_{entity.entity}",
             "state_topic": topics.state(camera),
             "json_attributes_topic": topics.state(camera),
-            "availability_topic": topics.availability,
-            "payload_available": AVAILABLE,
-            "payload_not_available": NOT_AVAILABLE,
-            "device": device,
-            "origin": {"name": MANUFACTURER},
-            "qos": 1,
+            **shared,
             **entity.extra,
         }
         topic = topics.discovery(entity.component, camera, entity.entity)
@@ -379,12 +382,7 @@ def discovery_messages(camera: CameraKey, topics: Topics) -> list[Message]:
             "command_topic": topics.correction(camera),
             "payload_press": button_press(level, name),
             "retain": False,
-            "availability_topic": topics.availability,
-            "payload_available": AVAILABLE,
-            "payload_not_available": NOT_AVAILABLE,
-            "device": device,
-            "origin": {"name": MANUFACTURER},
-            "qos": 1,
+            **shared,
         }
         topic = topics.discovery("button", camera, button)
         messages.append(Message(topic, encode(config), retain=True, camera_id=camera.camera_id))
