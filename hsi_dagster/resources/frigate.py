@@ -1,10 +1,18 @@
-"""`FrigateResource`: Frigate's HTTP API (`/api/events`, `/api/config`) for the pull sensor and the CLI.
+"""`FrigateResource`: Frigate's HTTP API (`/api/events`, `/api/review`, `/api/config`) for the pull sensors and the CLI.
 
 Paging `/api/events`: Frigate filters `after`/`before` strictly on `start_time` and orders by `start_time`
 descending unless `sort=date_asc` is asked for (0.14+), with `limit` 100 by default. Pages are asked in ascending
 order after the last start_time fully read; a full page's trailing events sharing its last start_time are asked
 again on the next page (a strict `after` would skip their peers), and a page whose events all share one
 start_time is asked again with a larger limit.
+
+Reading `/api/review` (frigate/api/review.py, 0.14 to 0.18): no `sort` and no offset; items come newest first
+(`start_time` descending), `limit` unbounded by default in 0.15+ (100 in 0.14), and a falsy `after` means the last
+24 hours. The time filter changed: up to 0.16 `start_time > after` (and `end_time` null or `< before`), in later
+versions any item overlapping [after, before] (`end_time` null or `> after`). `reviewed` also changed meaning: 0 is
+"not reviewed" everywhere, 1 is "all" up to 0.15 but "reviewed only" since per-user review status. So the pull asks
+`reviewed=0` and `reviewed=1` and joins them by id (every item on every version), and reads a whole answer by
+asking again with a doubled `limit` until it comes back short (without an offset, a full answer cannot be continued).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import dagster as dg
 import httpx
 
 from hsi_dagster.core.context.gateway_protocol import frigate_media_base
+from hsi_dagster.core.frigate.api_cursor import review_key
 from hsi_dagster.settings import HsiSettings
 
 MAX_PAGE_LIMIT = 10_000
@@ -38,6 +47,12 @@ def _start(item: Any, endpoint: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise FrigateApiError(f"{endpoint}: an event without a numeric start_time: {str(item)[:200]}")
     return float(value)
+
+
+def _review_order(item: Any) -> tuple[float, str]:
+    start = item.get("start_time") if isinstance(item, dict) else None
+    number = float(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else 0.0
+    return number, str(item.get("id")) if isinstance(item, dict) else ""
 
 
 class FrigateResource(dg.ConfigurableResource):
@@ -122,6 +137,27 @@ class FrigateResource(dg.ConfigurableResource):
             items.extend(item for _, item in head)
             cursor, limit = head[-1][0], self.page_size
         return items
+
+    def reviews_after(self, after: float) -> list[Any]:
+        """Every review item Frigate answers for `after` (see the module's docstring), oldest first; items of unknown
+        shape are kept (the loader quarantines them with the reason)."""
+        endpoint = self._shown("/api/review")
+        found: dict[str, Any] = {}
+        for reviewed in (0, 1):
+            limit = self.page_size
+            while True:
+                answer = self._get("/api/review", {"after": repr(after), "limit": limit, "reviewed": reviewed})
+                if not isinstance(answer, list):
+                    raise FrigateApiError(
+                        f"GET {endpoint}: expected a list of review items, got {type(answer).__name__}"
+                    )
+                if len(answer) < limit:
+                    break
+                if limit >= MAX_PAGE_LIMIT:
+                    raise FrigateApiError(f"GET {endpoint}: more than {MAX_PAGE_LIMIT} review items after {after}")
+                limit = min(limit * 2, MAX_PAGE_LIMIT)
+            found.update((review_key(item)[0], item) for item in answer)
+        return sorted(found.values(), key=_review_order)
 
     # --- the verdict written back (core/outbound/frigate_writeback.py: which Frigate versions have which endpoint) ---
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

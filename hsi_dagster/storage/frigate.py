@@ -66,7 +66,7 @@ class FrigateMessage:
     line_no: int
     raw: str | bytes
     topic: str | None = None
-    kind: str | None = None  # known kind (`api_event` for an API answer), else by topic or shape
+    kind: str | None = None  # known kind (`api_event`, `api_review` for an API answer), else by topic or shape
 
 
 @dataclass
@@ -366,7 +366,9 @@ def load_frigate_messages(
             outcome = map_description(payload, tracks.get(object_id), latest.get(object_id))
             if isinstance(outcome, Emit):
                 described.add(object_id)
-        elif kind == "reviews" or (kind == "api_event" and isinstance(payload, dict) and "severity" in payload):
+        elif kind in ("reviews", "api_review") or (
+            kind == "api_event" and isinstance(payload, dict) and "severity" in payload
+        ):
             review = map_review(payload) if kind == "reviews" else map_review_item(payload)  # `/api/review` items
             if isinstance(review, str):
                 rejects.append(Rejection(source, message.line_no, truncate_raw(message.raw), review))

@@ -1,6 +1,9 @@
 """A fake Frigate HTTP API that serves recorded answers: `/api/events` with Frigate's own filtering and paging
-(`after`/`before` strict on start_time, `limit` 100 by default, newest first unless `sort=date_asc`) and
-`/api/config`. Used because no Frigate server can run here; the tests that use it say so."""
+(`after`/`before` strict on start_time, `limit` 100 by default, newest first unless `sort=date_asc`), `/api/review`
+as frigate/api/review.py answers it (newest first, no sort, no offset; `start_time > after` and `end_time` null or
+`< before` up to 0.16, or `overlapping=True` for later versions' overlap filter; `reviewed` 0 = not reviewed, 1 =
+reviewed only, absent = all, as since per-user review status) and `/api/config`; `review_status` set to an HTTP
+status makes `/api/review` fail with it. Used because no Frigate server can run here; the tests that use it say so."""
 
 from __future__ import annotations
 
@@ -13,10 +16,36 @@ from tests.support.loopback import JsonHandler, serve_on_loopback
 
 
 class FakeFrigate:
-    def __init__(self, events: list[dict[str, Any]], config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        events: list[dict[str, Any]],
+        config: dict[str, Any] | None = None,
+        reviews: list[dict[str, Any]] | None = None,
+        overlapping: bool = False,
+    ) -> None:
         self.events = events
         self.config = config or {}
+        self.reviews = reviews or []
+        self.overlapping = overlapping
+        self.review_status: int | None = None
         self.requests: list[tuple[str, dict[str, str]]] = []
+
+    def answer_reviews(self, query: dict[str, str]) -> list[dict[str, Any]]:
+        after = float(query.get("after") or 0) or 0.0  # Frigate: a falsy `after` is the last 24 hours; here all
+        before = float(query.get("before") or 0) or float("inf")
+        items = []
+        for item in self.reviews:
+            start, end = item.get("start_time", 0), item.get("end_time")
+            if self.overlapping:
+                keep = start < before and (end is None or end > after)
+            else:
+                keep = start > after and (end is None or end < before)
+            if keep and "reviewed" in query:
+                keep = bool(item.get("has_been_reviewed")) == (query["reviewed"] == "1")
+            if keep:
+                items.append(item)
+        items.sort(key=lambda r: r.get("start_time", 0), reverse=True)
+        return items[: int(query["limit"])] if "limit" in query else items
 
     def answer_events(self, query: dict[str, str]) -> list[dict[str, Any]]:
         items = list(self.events)
@@ -40,6 +69,10 @@ def serve_frigate(fake: FakeFrigate) -> Iterator[str]:
             fake.requests.append((url.path, query))
             if url.path == "/api/events":
                 self.send_json(200, fake.answer_events(query))
+            elif url.path == "/api/review" and fake.review_status is not None:
+                self.send_json(fake.review_status, {"success": False, "message": "unavailable"})
+            elif url.path == "/api/review":
+                self.send_json(200, fake.answer_reviews(query))
             elif url.path == "/api/config":
                 self.send_json(200, fake.config)
             else:
