@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
 
+from hsi_dagster.assets.batches import detection_batches
+from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.core.frigate.api_cursor import ReviewCursor
 from hsi_dagster.resources import HsiDuckDBResource
 from hsi_dagster.resources.frigate import FrigateApiError, FrigateResource
-from hsi_dagster.sensors import frigate_reviews_sensor
+from hsi_dagster.sensors import batch_window_sensor, frigate_reviews_sensor
+from hsi_dagster.storage.batches import load_batch
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.frigate import load_live_messages, reviews_covering
+from hsi_dagster.storage.pipeline_tables import load_context_json, save_assessment
 from tests.support.fake_frigate import FakeFrigate, serve_frigate
+from tests.support.pipeline_helpers import materialize_request, resources, sensor_tick
 
 SETTLE = 30.0
 
@@ -112,33 +116,49 @@ def test_cursor_ticks_idempotency_and_an_in_progress_review_that_ends(tmp_path: 
     assert "3 review messages stored" in message and rows(db) == before  # same rows, none twice
 
 
-def test_a_pulled_review_reaches_the_batch_that_covers_it(tmp_path: Path) -> None:
-    """What the enriched_contexts asset reads for a batch (storage.frigate.reviews_covering) holds the pulled review;
-    one arriving after its batch was judged is stored the same way and asks for no re-judgement (as over MQTT)."""
+def test_a_pulled_review_reaches_the_batch_judged_later_and_a_late_one_asks_no_rejudgement(tmp_path: Path) -> None:
+    """A real Dagster instance, the real batch_window_sensor and batch and context assets (as in
+    test_frigate_rejudgement.py; the verdict is stood in for by an assessment row): the context the LLM would read
+    carries the pulled review; one pulled after the verdict is stored but, as over MQTT, runs nothing again."""
     db = tmp_path / "hsi.duckdb"
-    now = time.time()
+    start = time.time() - 3600
     event = {
-        "id": "p1",
+        "id": f"{start:.6f}-p1",
         "camera": "yard",
         "label": "person",
-        "start_time": now - 500,
-        "end_time": now - 480,
+        "start_time": start,
+        "end_time": start + 20,
         "zones": ["driveway"],
         "data": {"box": [0.4, 0.3, 0.1, 0.3], "top_score": 0.82, "score": 0.8, "type": "object"},
     }
     load_live_messages(db, [(None, json.dumps(event))], source="api://t", resolutions={}, kind="api_event")
     summary = {"title": "Door tried", "potential_threat_level": 1, "observations": ["pulls the handle"]}
-    review = item("rv", now - 505, now - 470, data={"detections": ["p1"], "objects": ["person"], "metadata": summary})
-    with serve_frigate(FakeFrigate([], reviews=[review])) as url:
-        _, message = tick(db, url, None)
-    assert "1 review messages stored (0 with no detection)" in message
+    data = {"detections": [event["id"]], "objects": ["person"], "metadata": summary}
+    fake = FakeFrigate([], reviews=[item("rv", start - 5, start + 30, data=data)])
+    with serve_frigate(fake) as url:
+        cursor, message = tick(db, url, None)
+        assert "1 review messages stored (0 with no detection)" in message
+        with dg.instance_for_test() as instance:
+            res = resources(str(db))
+            batches = sensor_tick(batch_window_sensor, instance, res, None)
+            [request] = batches.run_requests
+            assert materialize_request([detection_batches, enriched_contexts], request, instance, res).success
+            with connect(db) as conn:
+                context = json.loads(load_context_json(conn, request.partition_key))
+                save_assessment(conn, {"batch_id": request.partition_key, "camera_id": "yard", "status": "ok"})
+            assert [(r["review_id"], r["threat_level"], r["observations"]) for r in context["reviews"]] == [
+                ("rv", 1, ["pulls the handle"])
+            ]
+
+            fake.reviews.append(item("late", start - 2, start + 25, severity="alert"))  # after the verdict
+            _, message = tick(db, url, cursor)
+            assert "1 review messages stored" in message
+            assert sensor_tick(batch_window_sensor, instance, res, batches.cursor).run_requests == []
     with connect(db, read_only=True) as conn:
-        covering = reviews_covering(
-            conn, "yard", datetime.fromtimestamp(now - 500, UTC), datetime.fromtimestamp(now - 480, UTC)
-        )
-        asked = conn.execute("SELECT count(*) FROM batch_rejudgements").fetchone()[0]
-    assert [(r["review_id"], r["threat_level"]) for r in covering] == [("rv", 1)]
-    assert covering[0]["summary"]["observations"] == ["pulls the handle"] and asked == 0
+        assert conn.execute("SELECT count(*) FROM batch_rejudgements").fetchone()[0] == 0
+        batch, _ = load_batch(conn, request.partition_key)
+        covering = reviews_covering(conn, "yard", batch["started_at"], batch["last_ts"])
+    assert [r["review_id"] for r in covering] == ["rv", "late"]  # it covers the judged batch: kept, not re-judged
 
 
 def test_a_review_of_unknown_shape_is_quarantined_once_with_its_reason(tmp_path: Path) -> None:
