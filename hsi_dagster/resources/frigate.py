@@ -82,6 +82,10 @@ class FrigateResource(dg.ConfigurableResource):
         """The endpoint as messages and logs name it: FRIGATE_URL without its user, password, query or fragment."""
         return f"{frigate_media_base(self.base_url) or '<FRIGATE_URL>'}{path}"
 
+    def source_name(self, path: str) -> str:
+        """The endpoint as stored rows name their source (frigate_sources, frigate_reviews.source): never a secret."""
+        return self._shown(path)
+
     def _scrub(self, text: str) -> str:
         """An error's text with the full FRIGATE_URL (credentials and all) replaced by its shown form."""
         return text.replace(self.base_url, self._shown(""))

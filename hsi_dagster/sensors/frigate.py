@@ -46,7 +46,7 @@ def frigate_events_sensor(
         report = load_live_messages(
             duckdb.database,
             [(None, json.dumps(event)) for event in plan.ready],
-            source=f"{frigate.base_url}/api/events",
+            source=frigate.source_name("/api/events"),
             resolutions={},  # an API event's box is relative to its frame already
             kind="api_event",
             bounds=Bounds.from_settings(pipeline_settings.get()),

@@ -43,7 +43,7 @@ def frigate_reviews_sensor(
         report = load_live_messages(
             duckdb.database,
             [(None, json.dumps(item)) for item in plan.send],
-            source=f"{frigate.base_url}/api/review",
+            source=frigate.source_name("/api/review"),
             resolutions={},
             kind="api_review",
         )

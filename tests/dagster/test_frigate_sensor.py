@@ -123,3 +123,16 @@ def test_the_sensor_applies_the_ingest_bounds_of_the_settings(tmp_path: Path) ->
     with connect(db, read_only=True) as conn:
         reasons = [row[0] for row in conn.execute("SELECT reason FROM quarantine").fetchall()]
     assert len(reasons) == 1 and "INGEST_MAX_LABEL_CHARS" in reasons[0]
+
+
+def test_a_frigate_url_with_credentials_never_reaches_the_stored_source(tmp_path: Path) -> None:
+    """FRIGATE_URL may carry a user and password (a reverse proxy): rows name the endpoint without them."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=55)
+    _, items = frigate_night(seed=2, start=start)
+    db = tmp_path / "hsi.duckdb"
+    with serve_frigate(FakeFrigate(copy.deepcopy(items))) as url:
+        secret = url.replace("http://", "http://viewer:s3cret@")
+        tick(db, secret, None)
+    with connect(db, read_only=True) as conn:
+        (source,) = conn.execute("SELECT source FROM frigate_sources").fetchone()
+    assert source == f"{url}/api/events" and "s3cret" not in source
