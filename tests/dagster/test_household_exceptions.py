@@ -34,9 +34,11 @@ def night(days_ago: int, minute: int) -> datetime:
     return MIDNIGHT - timedelta(days=days_ago) + timedelta(hours=23, minutes=minute)
 
 
-def scene(name: str, start: datetime, *, knife: bool = False, person: bool = False, **enrichment) -> list[str]:
-    """A car on the driveway (track `<name>-car`, three frames), optionally with a knife beside it, or instead a
-    person on the front door."""
+def scene(
+    name: str, start: datetime, *, knife: bool = False, person: bool = False, frames: int = 3, **enrichment
+) -> list[str]:
+    """A car on the driveway (track `<name>-track`), optionally with a knife beside it, or instead a person on the
+    front door (each person detection is a fast-path batch of its own: one frame keeps it to one batch)."""
     label, zone = ("person", "front_door") if person else ("car", "driveway")
     lines = [
         detection(
@@ -49,7 +51,7 @@ def scene(name: str, start: datetime, *, knife: bool = False, person: bool = Fal
             track_id=f"{name}-track",
             enrichment=dict(enrichment),
         )
-        for n in range(3)
+        for n in range(frames)
     ]
     if knife:
         lines += [
@@ -85,6 +87,7 @@ def floor_of(db: str, batch_id: str) -> tuple[int, list[str]]:
     return score, list(reasons)
 
 
+@pytest.mark.timeout(1500)
 def test_a_pattern_corrected_harmless_lifts_presence_rules_only(llama_server, tmp_path) -> None:
     db = str(tmp_path / "hsi.duckdb")
     res = resources(db, llama_server.url)
@@ -92,7 +95,7 @@ def test_a_pattern_corrected_harmless_lifts_presence_rules_only(llama_server, tm
     for days_ago in (5, 4, 3):
         corrected[f"car{days_ago}"] = scene(f"car{days_ago}", night(days_ago, 30))
         corrected[f"knife{days_ago}"] = scene(f"knife{days_ago}", night(days_ago, 40), knife=True)
-        corrected[f"man{days_ago}"] = scene(f"man{days_ago}", night(days_ago, 50), person=True)
+        corrected[f"man{days_ago}"] = scene(f"man{days_ago}", night(days_ago, 50), person=True, frames=1)
     ingest_lines(db, [line for lines in corrected.values() for line in lines])
     with dg.instance_for_test() as instance:
         cursor = run_windows(db, instance, res, None, [detection_batches, enriched_contexts])
@@ -102,11 +105,10 @@ def test_a_pattern_corrected_harmless_lifts_presence_rules_only(llama_server, tm
             with connect(db) as conn:
                 correct(conn, check_request(batch_id, "low", source="cli"), NOW - timedelta(minutes=30))
 
-        following = {
+        following = {  # three LLM calls (and their repairs) on a shared machine: the test's time is in them
             "car": scene("car", night(1, 30)),
-            "prying": scene("prying", night(1, 33), **PRYING),
-            "knife": scene("knife", night(1, 40), knife=True),
-            "man": scene("man", night(1, 50), person=True),
+            "knife": scene("knife", night(1, 40), knife=True, **PRYING),  # a knife, and the car's door forced
+            "man": scene("man", night(1, 50), person=True, frames=1),
         }
         ingest_lines(db, [line for lines in following.values() for line in lines])
         run_windows(
@@ -122,12 +124,9 @@ def test_a_pattern_corrected_harmless_lifts_presence_rules_only(llama_server, tm
     assert "-> lifted: the household marked 3 similar events harmless (drive: car on driveway, 22-24h): exception" in (
         lifted
     )
-    # the same pattern with forcing seen on the car: forcing stands, only the presence rule is lifted
-    score, reasons = floor_of(db, new["prying"])
-    assert score == 75 and reasons[0].startswith("forcing:") and "lifted" in reasons[-1]
-    # a knife in a pattern marked harmless three times: the weapon rule still raises to critical
+    # a knife in a pattern marked harmless three times, and forcing seen on the car: both still raise
     score, reasons = floor_of(db, new["knife"])
-    assert score == 90 and reasons[0].startswith("weapon:")
+    assert score == 90 and reasons[0].startswith("weapon:") and reasons[1].startswith("forcing:")
     assert any(r.startswith("vehicle or object at night:") and "lifted" in r for r in reasons)
     # an unknown person at the front door at night: corrected three times, never exempt
     score, reasons = floor_of(db, new["man"])
