@@ -4,6 +4,7 @@ REAL embedded llama.cpp server. The stored floor (score and reasons) is what the
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -84,7 +85,7 @@ def floor_of(db: str, batch_id: str) -> tuple[int, list[str]]:
         score, reasons = conn.execute(
             "SELECT floor_score, floor_reasons FROM risk_assessments WHERE batch_id = ?", [batch_id]
         ).fetchone()
-    return score, list(reasons)
+    return score, json.loads(reasons) if isinstance(reasons, str) else list(reasons)
 
 
 @pytest.mark.timeout(1500)
