@@ -272,6 +272,9 @@ class HsiSettings(BaseSettings):
         3, ge=2, le=100, description="Batches of one pattern corrected to low before it is a household exception."
     )
     HOUSEHOLD_EXCEPTION_DAYS: float = Field(30.0, gt=0, le=365, description="An exception expires this long after.")
+    PROMPT_HOUSEHOLD_EXAMPLES: int = Field(
+        3, ge=0, le=3, description="Corrected batches of the camera shown to the model as worked examples (0: none)."
+    )
     FRIGATE_WRITEBACK: Literal["off", "description", "sub_label", "both"] = Field(
         "off", description="Write each verdict back to its Frigate events at FRIGATE_URL (off by default)."
     )

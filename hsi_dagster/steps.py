@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, camera_profile_text
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.context.household_examples import CorrectedBatch, similar_examples
 from hsi_dagster.core.prompt.budget import BudgetedPrompt, fit_to_budget, prompt_floor
 from hsi_dagster.core.prompt.messages import build_sections, static_prompt
 from hsi_dagster.core.prompt.risk_schema import assessment_schema
@@ -29,6 +31,7 @@ from hsi_dagster.core.prompt.slot_budget import BudgetChoice, choose_budget, slo
 from hsi_dagster.core.prompt.tokens import TokenCounter
 from hsi_dagster.core.verdict.assessment import AssessmentOutcome, Reply, assess, verdict_fields
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor, evidence_floor
+from hsi_dagster.core.verdict.exceptions import HouseholdException
 from hsi_dagster.core.verdict.final import Verdict, final_verdict
 from hsi_dagster.core.verdict.trust import Trust
 from hsi_dagster.core.verdict.visit_rules import VisitLevel, raised_by_visit, visit_level
@@ -58,10 +61,12 @@ def context_for_batch(
     missing_types: Iterable[str] = (),
     history: HistoryFacts | None = None,
     reviews: Iterable[Mapping[str, Any]] = (),
+    corrected: Iterable[CorrectedBatch] = (),
 ) -> EnrichedContext:
     """The batch's enriched context at ENRICHMENT_QUALITY_LEVEL (or `quality_level`, an evaluation pass's), with
-    the Frigate review items covering its time span."""
-    return build_context(
+    the Frigate review items covering its time span and the PROMPT_HOUSEHOLD_EXAMPLES corrected batches of
+    `corrected` most similar to it (core/context/household_examples.py)."""
+    context = build_context(
         batch,
         detections,
         quality_level=quality_level or settings.ENRICHMENT_QUALITY_LEVEL,
@@ -73,6 +78,8 @@ def context_for_batch(
         history=history,
         reviews=reviews,
     )
+    examples = similar_examples(context, corrected, settings.PROMPT_HOUSEHOLD_EXAMPLES) if corrected else []
+    return context.model_copy(update={"household_examples": examples}) if examples else context
 
 
 def configured_slot_context(settings: HsiSettings) -> int:
@@ -126,10 +133,16 @@ def prompt_floor_for(context: EnrichedContext, schema: str, counter: TokenCounte
 
 
 def floor_for(
-    context: EnrichedContext, profile: CameraProfile | None, history: HistoryFacts | None, settings: HsiSettings
+    context: EnrichedContext,
+    profile: CameraProfile | None,
+    history: HistoryFacts | None,
+    settings: HsiSettings,
+    exceptions: Sequence[HouseholdException] = (),
+    at: datetime | None = None,
 ) -> Floor:
-    """The evidence floor of a batch with the settings' EVIDENCE_* rules."""
-    return evidence_floor(context, profile, history, EvidenceRules.from_settings(settings))
+    """The evidence floor of a batch with the settings' EVIDENCE_* rules and the household exceptions in force at
+    `at` (storage/exceptions.py `exceptions_in_force` reads them; they may lift the presence rules only)."""
+    return evidence_floor(context, profile, history, EvidenceRules.from_settings(settings), exceptions, at)
 
 
 def sighting_for(context: EnrichedContext, profile: CameraProfile | None, settings: HsiSettings) -> Sighting | None:

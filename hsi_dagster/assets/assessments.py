@@ -5,7 +5,6 @@ the model's own score and level, the trust that applied and why, the floor's sco
 
 import hashlib
 import json
-from datetime import timedelta
 
 import dagster as dg
 
@@ -22,16 +21,13 @@ from hsi_dagster.assets.checks import (
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
 from hsi_dagster.assets.visits import visit_metadata
-from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
-from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.prompt.messages import schema_of_messages
 from hsi_dagster.core.prompt.risk_schema import PLAIN
 from hsi_dagster.core.verdict.assessment import FLOOR_ONLY, OK, AssessmentOutcome
-from hsi_dagster.core.verdict.evidence import Floor
-from hsi_dagster.core.verdict.final import Verdict, raised_by_evidence_alerts
-from hsi_dagster.core.verdict.track_so_far import TRACK_LOOKBACK_SECONDS, TRACK_MAX_DETECTIONS, with_track_so_far
+from hsi_dagster.core.verdict.final import Verdict
 from hsi_dagster.core.verdict.trust import AUTO, ModelFingerprint, Trust, trust_for_answer
+from hsi_dagster.evaluation.stored_floor import batch_floor
 from hsi_dagster.llm.client import (
     ChatResult,
     LlamaRequestRejected,
@@ -42,10 +38,9 @@ from hsi_dagster.llm.client import (
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.partitions import LLAMA_SLOTS_POOL, batch_partitions
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
-from hsi_dagster.settings import HsiSettings
-from hsi_dagster.steps import assess_batch, context_for_batch, floor_for, floor_with_visit, verdict_for
-from hsi_dagster.storage.batches import batch_camera_id, load_batch, track_detections_before
-from hsi_dagster.storage.evidence_alerts import alerts_for_batch, attach_batch
+from hsi_dagster.steps import assess_batch, verdict_for
+from hsi_dagster.storage.batches import batch_camera_id
+from hsi_dagster.storage.evidence_alerts import attach_batch
 from hsi_dagster.storage.pipeline_tables import load_assessment, load_context_json, load_prompt, save_assessment
 from hsi_dagster.storage.trust import trust_record_for
 from hsi_dagster.storage.visits import visit_of_batch
@@ -59,52 +54,6 @@ def assess_on_server(
     """The call-and-repair loop (core/verdict/assessment.py) with llama-server's schema-constrained chat as the call
     (temperature 0 and a fixed seed: the same batch judged twice gets the same answer)."""
     return assess_batch(messages, llm.chat_json, max_tokens=max_tokens, schema=schema)
-
-
-def batch_history(enriched: EnrichedContext) -> HistoryFacts | None:
-    """The history facts the floor reads: those computed for the batch's prompt (enriched_contexts, issue 25), None
-    when history is off or the context predates it. The one place to change if they come from elsewhere."""
-    return enriched.history
-
-
-def batch_floor(conn, batch_id: str, camera_id: str, settings: HsiSettings, profiles: dict) -> tuple[Floor, list[str]]:
-    """The evidence floor of a stored batch (its EnrichedContext, the camera's profile as configured now, the
-    history facts), raised to the evidence-only alerts already sent for its detections and to its visit's level
-    (storage/visits.py: a batch judged later in a visit starts from the visit's level); and those alerts' keys."""
-    enriched = EnrichedContext.from_json(load_context_json(conn, batch_id))
-    profile = profiles.get(camera_id) or enriched.camera_profile
-    floor = floor_for(enriched, profile, batch_history(enriched), settings)
-    if enriched.batch.close_reason == "fast_path":
-        floor = fast_path_floor(conn, batch_id, floor, enriched, profile, settings)
-    alerts = alerts_for_batch(conn, batch_id)
-    floor = floor_with_visit(raised_by_evidence_alerts(floor, alerts), visit_of_batch(conn, batch_id))
-    return floor, [alert["alert_key"] for alert in alerts]
-
-
-def fast_path_floor(
-    conn, batch_id: str, own: Floor, enriched: EnrichedContext, profile: CameraProfile | None, settings: HsiSettings
-) -> Floor:
-    """A fast-path batch's floor with what its track has shown so far (core/verdict/track_so_far.py): the same
-    track's earlier detections on this camera, bounded in time and number, judged with the batch's own."""
-    batch, detections = load_batch(conn, batch_id)
-    tracks = sorted({d["track_id"] for d in detections if d.get("track_id")})
-    since = batch["started_at"] - timedelta(seconds=TRACK_LOOKBACK_SECONDS)
-    earlier = track_detections_before(
-        conn, batch["camera_id"], tracks, since, batch["started_at"], TRACK_MAX_DETECTIONS
-    )
-    if not earlier:
-        return own
-    so_far_batch = {**batch, "started_at": earlier[0]["ts"], "close_reason": "window", "detection_count": None}
-    context = context_for_batch(
-        so_far_batch,
-        earlier + detections,
-        settings,
-        camera_profile=profile,
-        quality_level=enriched.quality_level,
-        history=enriched.history,
-    )
-    so_far = floor_for(context, profile, batch_history(enriched), settings)
-    return with_track_so_far(own, so_far, len(earlier), earlier[0]["ts"])
 
 
 def answering_trust(

@@ -1,6 +1,7 @@
 """`enriched_contexts`: what the vision models saw in a batch, deduplicated and filtered, at the chosen quality."""
 
 import time
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -13,6 +14,7 @@ from hsi_dagster.partitions import batch_partitions
 from hsi_dagster.resources import EnrichmentResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.steps import context_for_batch
 from hsi_dagster.storage.batches import load_batch
+from hsi_dagster.storage.corrections import corrected_batches
 from hsi_dagster.storage.frigate import reviews_covering
 from hsi_dagster.storage.pipeline_tables import save_context
 
@@ -37,6 +39,9 @@ def enriched_contexts(
     with duckdb.get_connection() as conn:
         batch, batch_detections = load_batch(conn, context.partition_key)
         reviews = reviews_covering(conn, batch["camera_id"], batch["started_at"], batch["last_ts"])
+        corrected = (
+            corrected_batches(conn, batch["camera_id"], datetime.now(UTC)) if settings.PROMPT_HOUSEHOLD_EXAMPLES else []
+        )
         if settings.HISTORY_ENABLED:
             started = time.perf_counter()
             history = batch_history(conn, batch, batch_detections, profiles, HistoryRules.from_settings(settings))
@@ -53,6 +58,7 @@ def enriched_contexts(
         missing_types=fetched.missing_types,
         history=history,
         reviews=reviews,
+        corrected=corrected,
     )
     with duckdb.get_connection() as conn:
         save_context(
@@ -72,6 +78,7 @@ def enriched_contexts(
             "enrichment_s": round(fetched.elapsed_s, 3),
             "history_s": round(history_s, 4),
             "frigate_reviews": len(enriched.reviews),
+            "household_examples": len(enriched.household_examples),
             **history_metadata(history),
             **visit_metadata(visit, why),
         }

@@ -126,7 +126,8 @@ def cmd_exceptions(args: argparse.Namespace, settings: HsiSettings) -> int:
         )
     for line in skipped:
         print(f"skipped: {line}")
-    print("exceptions are listed, not applied: no verdict reads them yet")
+    if exceptions:
+        print("the evidence floor lifts only the presence rules of a batch of exactly one of these patterns")
     return 0
 
 

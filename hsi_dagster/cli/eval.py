@@ -24,7 +24,7 @@ from hsi_dagster.settings import HsiSettings
 
 if TYPE_CHECKING:
     from hsi_dagster.core.context.camera_profiles import CameraProfile
-    from hsi_dagster.core.evaluation.metrics import ScenarioResult
+    from hsi_dagster.core.evaluation.metrics import ConfigurationFigures, ScenarioResult
     from hsi_dagster.evaluation.configurations import EvalConfiguration
     from hsi_dagster.evaluation.frigate_set import FrigateScenarios
     from hsi_dagster.evaluation.trust import TrustMeasurement
@@ -90,6 +90,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --set frigate: camera profiles for its cameras (e.g. what `hsi frigate profiles` proposes); "
         "stored as frigate.profiles.<...> beside the runs without (default: none, as a new Frigate user)",
+    )
+    parser.add_argument(
+        "--household",
+        action="store_true",
+        help="the household's corrected batches from their stored contexts, the correction as the label",
     )
     parser.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"report folder (default {DEFAULT_OUT})")
 
@@ -175,6 +180,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.storage.evaluation import stored_configurations
     from hsi_dagster.synthetic.scenarios import SCENARIOS_PATH, ScenarioFileError, load_scenarios, select_scenarios
 
+    if args.household:
+        return run_household(args, settings)
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit {args.limit}: give at least 1")
     frigate: FrigateScenarios | None = None
@@ -312,4 +319,64 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     report = report_for(duckdb, names, source, image_ref=place)
     (out / "report.md").write_text(report, encoding="utf-8")
     print(f"report: {out / 'report.md'} (charts beside it); results in {settings.HSI_DUCKDB_PATH}")
+    return 0
+
+
+def figures_line(name: str, f: ConfigurationFigures) -> str:
+    return (
+        f"{name}: level accuracy {_pct(f.level_accuracy)}, under-call {_pct(f.under_call_rate)}, false alarms "
+        f"{_pct(f.false_alarm_rate)}, schema-valid {_pct(f.schema_valid_rate)} ({f.scenarios} batches)"
+    )
+
+
+def run_household(args: argparse.Namespace, settings: HsiSettings) -> int:
+    """`hsi eval --household`: evaluation/household.py, figures printed beside those of the stored verdicts."""
+    from hsi_dagster.cli.errors import UsageError
+    from hsi_dagster.evaluation.configurations import configurations_for, floor_configurations
+    from hsi_dagster.evaluation.household import STORED, STORED_FLOOR, load_cases, replay
+    from hsi_dagster.llm.errors import LlamaServerError
+    from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
+    from hsi_dagster.resources.llm import LlamaServerResource
+
+    if args.scenarios or args.scenario or args.split or args.limit or args.history != "off" or args.quality_level:
+        raise UsageError(
+            "--household replays the stored contexts: leave out --scenarios, --scenario, --split, --limit, "
+            "--history and --quality-level"
+        )
+    if not Path(settings.HSI_DUCKDB_PATH).exists():
+        raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: no corrections to replay")
+    duckdb = HsiDuckDBResource.from_settings(settings)
+    cases, skipped = load_cases(duckdb)
+    for line in skipped:
+        print(f"skipped: {line}")
+    if not cases:
+        print("no corrected batch with a stored context and verdict (`hsi correct`, `hsi corrections`)")
+        return 0
+    try:
+        if args.floor_only:
+            if args.endpoint or args.label or args.schema:
+                raise UsageError("--floor-only runs no model: leave out --endpoint, --label and --schema")
+            configurations = floor_configurations(["full"])
+        else:
+            configurations = configurations_for(args.endpoint, ["full"], args.label, schemas=args.schema or ["plain"])
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
+    profiles = PipelineSettingsResource.from_settings(settings).camera_profiles()
+    cameras = sorted({case.camera_id for case in cases})
+    print(f"{len(cases)} corrected batches on {len(cameras)} camera(s): {', '.join(cameras)}")
+    for configuration in configurations:
+        try:
+            run = replay(cases, configuration, llm, settings, duckdb, profiles)
+        except LlamaServerError as exc:
+            raise UsageError(f"configuration {configuration.name}: {exc}") from None
+        print(f"{configuration.name} ({run.model}):")
+        for name, figures in run.figures.items():
+            if name not in (STORED, STORED_FLOOR):
+                print(f"  {figures_line(name, figures)}")
+        for name in (STORED, STORED_FLOOR):
+            print(f"  {figures_line(name, run.figures[name])}")
+        print(f"  replayed floor = stored floor on {run.faithful} of {len(cases)} batches")
+        for line in run.differs:
+            print(f"    differs: {line}")
     return 0

@@ -15,7 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
+from pydantic import ValidationError
 
+from hsi_dagster.core.context.context_models import EnrichedContext
+from hsi_dagster.core.context.household_examples import CorrectedBatch
 from hsi_dagster.core.outbound.corrections import (
     LATEST,
     CorrectedVerdict,
@@ -198,3 +201,46 @@ def corrected_batch_ids(conn: duckdb.DuckDBPyConnection, among: Iterable[str] | 
         return set()
     ids = {batch_id for (batch_id,) in conn.execute("SELECT DISTINCT batch_id FROM corrections").fetchall()}
     return ids if among is None else ids & set(among)
+
+
+def corrected_batches(
+    conn: duckdb.DuckDBPyConnection, camera_id: str, received_by: datetime, limit: int = 200
+) -> list[CorrectedBatch]:
+    """The camera's corrected batches with a readable stored context, newest correction first (at most `limit`):
+    the latest correction of each received by `received_by` and the stored level it corrected (the prompt's worked
+    examples: core/context/household_examples.py). A context that no longer parses is left out."""
+    if not has_table(conn, "corrections"):
+        return []
+    rows = conn.execute(
+        "SELECT c.batch_id, e.context, c.verdict_level, c.level, c.note, c.received_at FROM ("
+        "  SELECT batch_id, arg_max(level, received_at) AS level, arg_max(note, received_at) AS note,"
+        "  arg_max(verdict_level, received_at) AS verdict_level, max(received_at) AS received_at"
+        "  FROM corrections WHERE camera_id = ? AND received_at <= ? GROUP BY batch_id"
+        ") c JOIN enriched_contexts e USING (batch_id) ORDER BY c.received_at DESC, c.batch_id LIMIT ?",
+        [camera_id, received_by, limit],
+    ).fetchall()
+    found = []
+    for batch_id, context_json, verdict_level, level, note, received_at in rows:
+        try:
+            context = EnrichedContext.from_json(context_json)
+        except ValidationError:
+            continue
+        found.append(CorrectedBatch(batch_id, context, verdict_level, level, note, received_at))
+    return found
+
+
+def household_labels(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Each corrected batch with a stored context and a stored verdict: its latest correction's level (the label),
+    the verdict as stored now (level, status, floor score, assessment time) and the context JSON; by camera, batch
+    (`hsi eval --household`)."""
+    if not has_table(conn, "corrections"):
+        return []
+    cursor = conn.execute(
+        "SELECT c.batch_id, r.camera_id, c.level AS label, e.context, r.risk_level, r.status, r.floor_score,"
+        " r.assessed_at FROM ("
+        "  SELECT batch_id, arg_max(level, received_at) AS level FROM corrections GROUP BY batch_id"
+        ") c JOIN enriched_contexts e USING (batch_id) JOIN risk_assessments r USING (batch_id)"
+        " ORDER BY r.camera_id, c.batch_id"
+    )
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -1,7 +1,8 @@
 """Household exceptions (core/verdict/exceptions.py) from the stored corrections and contexts; removals by hand
 (table `exception_removals`, migration 38).
 
-An exception is derived each time it is asked for, from the batches whose latest correction is `low` and their
+An exception is derived each time it is asked for (the floor asks once per batch, for the batch's camera:
+`exceptions_in_force`), from the batches whose latest correction is `low` and their
 stored contexts (kept past retention: storage/corrections.py), so it expires by itself and follows a household
 that changes its mind; only a removal is stored.
 """
@@ -14,7 +15,7 @@ import duckdb
 from pydantic import ValidationError
 
 from hsi_dagster.core.context.context_models import EnrichedContext
-from hsi_dagster.core.verdict.evidence import EvidenceRules
+from hsi_dagster.core.verdict.evidence import EvidenceRules, unknown_person_at_entry_at_night
 from hsi_dagster.core.verdict.exceptions import (
     ExceptionPolicy,
     HarmlessLabel,
@@ -22,21 +23,29 @@ from hsi_dagster.core.verdict.exceptions import (
     Ineligible,
     derive_exceptions,
     harmless_label,
-    local_hour,
 )
 from hsi_dagster.storage.corrections import corrections_stored
 
 
-def harmless_labels(conn: duckdb.DuckDBPyConnection, rules: EvidenceRules) -> tuple[list[HarmlessLabel], list[str]]:
-    """Each batch whose latest correction is `low` and that has a stored context, as a label; and one line per
-    batch whose context could not be read (skipped, never an exception)."""
+def harmless_labels(
+    conn: duckdb.DuckDBPyConnection,
+    rules: EvidenceRules,
+    *,
+    camera_id: str | None = None,
+    received_by: datetime | None = None,
+) -> tuple[list[HarmlessLabel], list[str]]:
+    """Each batch whose latest correction (received by `received_by`, when given) is `low` and that has a stored
+    context, as a label (of `camera_id` only, when given); and one line per batch whose context could not be read
+    (skipped, never an exception)."""
     if not corrections_stored(conn):
         return [], []
     rows = conn.execute(
         "SELECT c.batch_id, e.context, c.received_at FROM ("
         "  SELECT batch_id, arg_max(level, received_at) AS level, max(received_at) AS received_at"
-        "  FROM corrections GROUP BY batch_id"
-        ") c JOIN enriched_contexts e USING (batch_id) WHERE c.level = 'low' ORDER BY c.received_at"
+        "  FROM corrections WHERE ($camera IS NULL OR camera_id = $camera) AND ($by IS NULL OR received_at <= $by)"
+        "  GROUP BY batch_id"
+        ") c JOIN enriched_contexts e USING (batch_id) WHERE c.level = 'low' ORDER BY c.received_at",
+        {"camera": camera_id, "by": received_by},
     ).fetchall()
     labels, skipped = [], []
     for batch_id, context_json, received_at in rows:
@@ -45,7 +54,8 @@ def harmless_labels(conn: duckdb.DuckDBPyConnection, rules: EvidenceRules) -> tu
         except ValidationError as exc:
             skipped.append(f"{batch_id}: stored context unreadable ({exc.error_count()} errors); not counted")
             continue
-        labels.append(harmless_label(batch_id, context, received_at, rules.is_night(local_hour(context))))
+        flag = unknown_person_at_entry_at_night(context, None, rules)
+        labels.append(harmless_label(batch_id, context, received_at, flag))
     return labels, skipped
 
 
@@ -56,12 +66,24 @@ def removals(conn: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
 
 
 def household_exceptions(
-    conn: duckdb.DuckDBPyConnection, rules: EvidenceRules, policy: ExceptionPolicy, now: datetime
+    conn: duckdb.DuckDBPyConnection,
+    rules: EvidenceRules,
+    policy: ExceptionPolicy,
+    now: datetime,
+    camera_id: str | None = None,
 ) -> tuple[list[HouseholdException], list[Ineligible], list[str]]:
-    """The exceptions in force, the patterns the rules refuse, and the batches skipped."""
-    labels, skipped = harmless_labels(conn, rules)
+    """The exceptions in force at `now` (from the corrections received by then; of `camera_id` only, when given),
+    the patterns the rules refuse, and the batches skipped."""
+    labels, skipped = harmless_labels(conn, rules, camera_id=camera_id, received_by=now)
     exceptions, refused = derive_exceptions(labels, removals(conn), now, policy)
     return exceptions, refused, skipped
+
+
+def exceptions_in_force(
+    conn: duckdb.DuckDBPyConnection, camera_id: str, rules: EvidenceRules, policy: ExceptionPolicy, now: datetime
+) -> list[HouseholdException]:
+    """What the evidence floor of a batch of `camera_id` judged at `now` respects (plain data for core)."""
+    return household_exceptions(conn, rules, policy, now, camera_id)[0]
 
 
 def remove_exception(conn: duckdb.DuckDBPyConnection, pattern_key: str, now: datetime) -> None:

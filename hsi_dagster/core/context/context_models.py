@@ -168,6 +168,19 @@ class ReviewFacts(_Model):
     confidence: float | None = None
 
 
+class HouseholdExample(_Model):
+    """An earlier batch of this camera the household corrected, as a worked example for the prompt
+    (core/context/household_examples.py picks them)."""
+
+    local_time: str  # "HH:MM" local to the camera
+    labels: list[str]
+    zones: list[str]
+    identities: list[str] = Field(default_factory=list)
+    stored_level: str | None  # what hsi stored
+    household_level: str  # what the household said
+    note: str | None = None  # the household's note: free text, rendered as untrusted data
+
+
 class EnrichedContext(_Model):
     batch: BatchInfo
     quality_level: QualityLevel
@@ -181,6 +194,8 @@ class EnrichedContext(_Model):
     observations: dict[str, list[Observation]] = Field(default_factory=dict)
     history: HistoryFacts | None = None  # what is usual here and what the other cameras saw (core/context/history.py)
     reviews: list[ReviewFacts] = Field(default_factory=list)  # Frigate's review items over the batch's time span
+    # the most similar corrected batches of this camera when the context was built (PROMPT_HOUSEHOLD_EXAMPLES)
+    household_examples: list[HouseholdExample] = Field(default_factory=list)
 
     def to_json(self) -> str:
         return self.model_dump_json()

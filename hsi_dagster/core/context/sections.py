@@ -16,6 +16,10 @@ noisy second opinion that Florence captions mostly cover). The "standard" level 
 first (depth, pose, action, pet); "minimal" keeps what is never removed and re-identification (who a recogniser
 matched: identity is not optional, a resident must not become a stranger at night because the level is low).
 
+The `household` section (the household's corrections of the most similar earlier batches of this camera, worked
+examples of its own judgement: core/context/household_examples.py) says nothing about this batch itself, so it is
+the first section removed under budget pressure.
+
 The two history sections (`baseline`: what this camera usually sees at this hour; `cross_camera`: what the other
 cameras saw just before; core/context/history.py) come from the household's own database, not a vision model, so they
 are in every quality level. They are worth more than most caption lines: a few lines saying "person: 0 of 14 nights
@@ -49,22 +53,25 @@ class SectionSpec:
 # In prompt order.
 SECTIONS: tuple[SectionSpec, ...] = (
     SectionSpec("detections", "Detections", enrichment=False, level="minimal", removal_rank=None),
-    SectionSpec("scene", "Scene analysis", enrichment=False, level="minimal", removal_rank=11),
+    SectionSpec("scene", "Scene analysis", enrichment=False, level="minimal", removal_rank=12),
     SectionSpec("florence", "Florence-2 captions", enrichment=True, level="minimal", removal_rank=None),
-    SectionSpec("clip", "CLIP classes", enrichment=True, level="standard", removal_rank=10),
-    SectionSpec("pose", "Pose", True, "full", 2, fields=("posture", "score")),
-    SectionSpec("action", "Action recognition", True, "full", 3, fields=("label", "score")),
-    SectionSpec("pet", "Pet classification", True, "full", 4, fields=("species", "score")),
-    SectionSpec("weather", "Weather", True, "standard", 5, fields=("condition", "visibility"), batch_scoped=True),
-    SectionSpec("vehicle", "Vehicles", True, "standard", 6, fields=("type", "color", "plate", "damage")),
-    SectionSpec("clothing", "Clothing", True, "standard", 7, fields=("description", "suspicious")),
-    SectionSpec("violence", "Violence detection", True, "standard", 8, fields=("score",)),
+    SectionSpec("clip", "CLIP classes", enrichment=True, level="standard", removal_rank=11),
+    SectionSpec("pose", "Pose", True, "full", 3, fields=("posture", "score")),
+    SectionSpec("action", "Action recognition", True, "full", 4, fields=("label", "score")),
+    SectionSpec("pet", "Pet classification", True, "full", 5, fields=("species", "score")),
+    SectionSpec("weather", "Weather", True, "standard", 6, fields=("condition", "visibility"), batch_scoped=True),
+    SectionSpec("vehicle", "Vehicles", True, "standard", 7, fields=("type", "color", "plate", "damage")),
+    SectionSpec("clothing", "Clothing", True, "standard", 8, fields=("description", "suspicious")),
+    SectionSpec("violence", "Violence detection", True, "standard", 9, fields=("score",)),
     # identity is not an optional enrichment (issue 40): a recognised face or plate is read at every level, else a
     # resident is a stranger at night under "minimal"
-    SectionSpec("reid", "Re-identification", True, "minimal", 9, fields=("identity", "known", "seen_before", "score")),
-    SectionSpec("depth", "Depth", True, "full", 1, fields=("distance_m",)),
-    SectionSpec("baseline", "Usual activity at this hour", False, "minimal", 13, late_removal=True),
-    SectionSpec("cross_camera", "Other cameras just before", False, "minimal", 12, late_removal=True),
+    SectionSpec("reid", "Re-identification", True, "minimal", 10, fields=("identity", "known", "seen_before", "score")),
+    SectionSpec("depth", "Depth", True, "full", 2, fields=("distance_m",)),
+    # the household's corrections of similar batches (core/context/household_examples.py): a precedent, not evidence
+    # of this batch, so the first section to go under budget pressure
+    SectionSpec("household", "Household corrections of similar batches", False, "minimal", 1),
+    SectionSpec("baseline", "Usual activity at this hour", False, "minimal", 14, late_removal=True),
+    SectionSpec("cross_camera", "Other cameras just before", False, "minimal", 13, late_removal=True),
 )
 HISTORY_SECTIONS: tuple[str, ...] = ("baseline", "cross_camera")
 HISTORY_OUTRANKS_FLORENCE_LINES = 2  # Florence keeps this many captioned lines before a history section goes

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from hsi_dagster.core.context.context_models import EnrichedContext, GroupRef, Observation, TrackSummary
+from hsi_dagster.core.context.context_models import (
+    EnrichedContext,
+    GroupRef,
+    HouseholdExample,
+    Observation,
+    TrackSummary,
+)
 from hsi_dagster.core.context.enrichment import HIGH_VALUE_LABELS, OBSERVATION_FIELDS, clean_text
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.context.sections import SECTION_KEYS, SECTION_TITLES
@@ -545,6 +551,26 @@ def _cross_camera_section(h: HistoryFacts) -> Section:
     return Section("cross_camera", SECTION_TITLES["cross_camera"], "".join(line + "\n" for line in lines))
 
 
+def _household_section(examples: Sequence[HouseholdExample]) -> Section:
+    """The household's corrections of the most similar earlier batches (core/context/household_examples.py): every
+    string quoted as untrusted data (a note came over MQTT)."""
+    lines = [
+        "earlier batches of this camera that the household corrected, most similar first (their judgement of "
+        "those batches; judge this batch on its own evidence):"
+    ]
+    for e in examples:
+        what = ", ".join(q(label, 64) for label in e.labels) or "nothing"
+        where = f" on {', '.join(q(zone, 64) for zone in e.zones)}" if e.zones else ""
+        who = f"; identity {', '.join(q(name, 64) for name in e.identities)}" if e.identities else ""
+        stored = q(e.stored_level, 16) if e.stored_level else "no verdict"
+        note = f"; note {q(e.note, 120)}" if e.note else ""
+        lines.append(
+            f"- {q(e.local_time, 8)}: {what}{where}{who}; hsi said {stored}, the household said "
+            f"{q(e.household_level, 16)}{note}"
+        )
+    return Section("household", SECTION_TITLES["household"], "".join(line + "\n" for line in lines))
+
+
 def build_sections(context: EnrichedContext) -> list[Section]:
     """The batch's sections in SECTION_KEYS order; sections without data are left out."""
     built: dict[str, Section | None] = {
@@ -553,6 +579,8 @@ def build_sections(context: EnrichedContext) -> list[Section]:
         "florence": _florence_section(context),
         "clip": _clip_section(context),
     }
+    if context.household_examples:
+        built["household"] = _household_section(context.household_examples)
     if context.history is not None:
         built["baseline"] = _baseline_section(context.history)
         built["cross_camera"] = _cross_camera_section(context.history)

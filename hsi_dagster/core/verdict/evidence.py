@@ -53,6 +53,14 @@ known at night on no placed zone is 45 medium (where on the property is not know
 The night hours are local hours of the camera's time zone (the profile's; UTC without one) in [`night_start_hour`,
 `night_end_hour`).
 
+Household exceptions (core/verdict/exceptions.py): given the exceptions in force (plain data, read by storage) and the
+moment of judgement, a batch whose pattern (camera, labels, zones, hour band, recognised identities) is exactly an
+exception's has its presence rules lifted (person or vehicle at night, loitering, unusual here: EXEMPTIBLE_RULES),
+each kept in the reasons with "lifted: the household marked N similar events harmless: exception KEY, expires DATE".
+Every other rule stands (weapon, violence, forcing, probing, one frame corroborated, tool, watching, path to entry,
+after an alert), and nothing is lifted while a person not known is on an entry zone at night unless the pattern
+names a recognised identity: the reasons say the exception was not applied and why.
+
 Malformed inputs (a field of the wrong type, a number out of range) are ignored: the rule reads on without them and
 `Floor.ignored` carries one line naming the detection(s) and the field; never an exception.
 """
@@ -71,6 +79,7 @@ from hsi_dagster.core.context.context_models import EnrichedContext, NumberRange
 from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.context.plates import normalise_plate, plate_problem
 from hsi_dagster.core.prompt.risk_schema import level_for_score
+from hsi_dagster.core.verdict.exceptions import EXEMPTIBLE_RULES, HouseholdException, batch_pattern, exception_for
 from hsi_dagster.core.verdict.watched_zones import WatchedZones, watched_zones
 
 CRITICAL, HIGH, MEDIUM = 90, 70, 45
@@ -353,18 +362,44 @@ def _local_hour(context: EnrichedContext, profile: CameraProfile | None) -> tupl
 
 # ----------------------------------------------------------------------------------------------- the rules
 class _Fired:
-    """The rules that fired; `reasons()` puts the deciding (highest) one first."""
+    """The rules that fired; `reasons()` puts the deciding (highest) one first, the lifted ones last."""
 
     def __init__(self) -> None:
         self.score = 0
-        self._fired: list[tuple[int, str]] = []
+        self._fired: list[tuple[int, str, str]] = []  # (score, rule, reason)
+        self._notes: list[str] = []
 
     def add(self, score: int, reason: str) -> None:
+        """`reason` begins with the rule's name and a colon ("person at night: ...")."""
         self.score = max(self.score, score)
-        self._fired.append((score, f"{reason} -> {score} {level_for_score(score)}"))
+        self._fired.append((score, _rule_of(reason), f"{reason} -> {score} {level_for_score(score)}"))
+
+    def rules(self) -> set[str]:
+        return {rule for _, rule, _ in self._fired}
+
+    def lift(self, rules: Iterable[str], why: str) -> None:
+        """Drop `rules` from the score, keeping each in the reasons with `why`."""
+        lifted = set(rules)
+        kept = [item for item in self._fired if item[1] not in lifted]
+        self._notes += [
+            f"{reason.rsplit(' -> ', 1)[0]} -> lifted: {why}" for _, rule, reason in self._fired if rule in lifted
+        ]
+        self._fired = kept
+        self.score = max((score for score, _, _ in kept), default=0)
+
+    def note(self, line: str) -> None:
+        self._notes.append(line)
 
     def reasons(self) -> tuple[str, ...]:
-        return tuple(reason for _, reason in sorted(self._fired, key=lambda item: -item[0]))
+        fired = tuple(reason for _, _, reason in sorted(self._fired, key=lambda item: -item[0]))
+        return fired + tuple(self._notes)
+
+
+def _rule_of(reason: str) -> str:
+    """The rule's name: its reason up to the colon, "person at night on a camera without a profile" counted as
+    "person at night" (the same presence rule, zones unplaced)."""
+    name = reason.split(":", 1)[0]
+    return "person at night" if name.startswith("person at night") else name
 
 
 def _labelled(context: EnrichedContext, labels: Sequence[str], min_confidence: float) -> dict[str, list[str]]:
@@ -563,28 +598,87 @@ def _history(
         )
 
 
+def _unknown_person_at_entry(reader: _Reader, zones: WatchedZones, rules: EvidenceRules, hour: int) -> str | None:
+    """The first person not known (at the presence rules' confidence) on an entry zone in the night hours."""
+    if not rules.is_night(hour):
+        return None
+    for actor in reader.people():
+        if not actor.known and actor.confidence >= rules.presence_min_confidence and actor.zones & zones.entry:
+            return f"{actor.key} on entry zone {sorted(actor.zones & zones.entry)[0]!r}"
+    return None
+
+
+def _setting(
+    context: EnrichedContext, profile: CameraProfile | None, rules: EvidenceRules
+) -> tuple[_Reader, WatchedZones, int, str]:
+    """What every rule reads: the actors, the zones' roles, the local hour and its zone name."""
+    profile = profile if profile is not None else context.camera_profile
+    plates = [*rules.known_plates, *(v.plate for v in profile.resident_vehicles if v.plate)] if profile else []
+    reader = _Reader(context, plates or rules.known_plates)
+    hour, zone_name = _local_hour(context, profile)
+    zones = watched_zones(profile, (zone for actor in reader.actors.values() for zone in actor.zones))
+    return reader, zones, hour, zone_name
+
+
+def unknown_person_at_entry_at_night(
+    context: EnrichedContext, profile: CameraProfile | None, rules: EvidenceRules | None = None
+) -> bool:
+    """Whether the floor sees a person not known on an entry zone in the night hours (the zone roles, night hours
+    and "known" of `evidence_floor`): such a batch is never part of a household exception without an identity."""
+    rules = rules or EvidenceRules()
+    reader, zones, hour, _ = _setting(context, profile, rules)
+    return _unknown_person_at_entry(reader, zones, rules, hour) is not None
+
+
+def _apply_exceptions(
+    context: EnrichedContext,
+    reader: _Reader,
+    zones: WatchedZones,
+    rules: EvidenceRules,
+    hour: int,
+    exceptions: Sequence[HouseholdException],
+    at: datetime,
+    fired: _Fired,
+) -> None:
+    pattern = batch_pattern(context)
+    exception = exception_for(exceptions, pattern, at)
+    presence = fired.rules() & EXEMPTIBLE_RULES
+    if exception is None or not presence:
+        return
+    who = _unknown_person_at_entry(reader, zones, rules, hour)
+    if who is not None and not pattern.identities:
+        fired.note(
+            f"household exception {pattern.key} not applied: a person not known ({who}) at night, and no "
+            "recognised identity in the pattern"
+        )
+        return
+    fired.lift(presence, exception.explain())
+
+
 def evidence_floor(
     context: EnrichedContext,
     profile: CameraProfile | None,
     history: HistoryFacts | None = None,
     rules: EvidenceRules | None = None,
+    exceptions: Sequence[HouseholdException] = (),
+    at: datetime | None = None,
 ) -> Floor:
     """The floor of one batch (or of the detections seen so far): the rules above, never an exception on bad
     enrichment. `profile` None (and none in the context): the zones' roles are guessed from their names
-    (core/verdict/watched_zones.py)."""
+    (core/verdict/watched_zones.py). `exceptions`: the household exceptions in force at `at` (the moment of
+    judgement; the batch's end when None), which may lift the presence rules only."""
     rules = rules or EvidenceRules()
-    profile = profile if profile is not None else context.camera_profile
-    plates = [*rules.known_plates, *(v.plate for v in profile.resident_vehicles if v.plate)] if profile else []
-    reader = _Reader(context, plates or rules.known_plates)
+    reader, zones, hour, zone_name = _setting(context, profile, rules)
     fired = _Fired()
-    hour, zone_name = _local_hour(context, profile)
-    zones = watched_zones(profile, (zone for actor in reader.actors.values() for zone in actor.zones))
     _weapon_and_tool(context, reader, rules, fired)
     _violence(reader, rules, fired)
     _actions(reader, zones, rules, fired)
     _presence(reader, zones, rules, hour, zone_name, fired)
     if history is not None:
         _history(reader, zones, history, rules, hour, fired)
+    if exceptions:
+        moment = at or context.detections.last_ts or context.batch.started_at
+        _apply_exceptions(context, reader, zones, rules, hour, exceptions, moment, fired)
     return Floor(
         score=fired.score,
         level=level_for_score(fired.score),

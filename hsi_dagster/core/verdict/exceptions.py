@@ -10,8 +10,10 @@ What an exception may touch is fixed here, not configurable: only the presence r
 (EXEMPTIBLE_RULES: person or vehicle at night, loitering, unusual here). The weapon, violence, forcing, probing,
 tool, watching, path-to-entry and after-an-alert rules are never exempt. A pattern with a person on an entry zone at
 night and no recognised identity never becomes an exception: the household may mean the neighbour, an attacker
-would mean himself. Exceptions are listed and explained (`explain`), and today they change no verdict: the floor
-does not read them yet.
+would mean himself (whether the zone is an entry is the floor's own reading: the profile's roles, else the roles
+guessed from the zone names; core/verdict/evidence.py `unknown_person_at_entry_at_night`). Exceptions are listed,
+and the evidence floor lifts the presence rules of a batch of an exception's pattern, saying so in its reasons
+(`explain`).
 """
 
 from __future__ import annotations
@@ -22,41 +24,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hsi_dagster.core.context.context_models import EnrichedContext
+from hsi_dagster.core.context.patterns import HOUR_BAND_HOURS, Pattern, batch_pattern, local_hour
 
-HOUR_BAND_HOURS = 2
+__all__ = ["HOUR_BAND_HOURS", "Pattern", "batch_pattern", "local_hour"]  # the pattern is core/context/patterns.py's
 EXEMPTIBLE_RULES = frozenset({"person at night", "vehicle or object at night", "loitering in the dark", "unusual here"})
 NEVER_EXEMPT_RULES = frozenset(
     {"weapon", "violence", "forcing", "probing", "tool", "watching", "path to entry", "after an alert"}
 )
 MAX_EXCEPTIONS_PER_CAMERA = 20  # the most a camera can hold: a bound on what corrections can ever exempt
-
-
-@dataclass(frozen=True)
-class Pattern:
-    """What makes two corrected batches "similar" (see the module docstring)."""
-
-    camera_id: str
-    labels: tuple[str, ...]
-    zones: tuple[str, ...]
-    hour_band: int  # the first local hour of the band (0, 2, ..., 22)
-    identities: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> str:
-        parts = (
-            self.camera_id,
-            ",".join(self.labels),
-            ",".join(self.zones),
-            str(self.hour_band),
-            ",".join(self.identities),
-        )
-        return "|".join(parts)
-
-    def describe(self) -> str:
-        who = f", identity {', '.join(self.identities)}" if self.identities else ""
-        zones = ", ".join(self.zones) or "no zone"
-        band = f"{self.hour_band:02d}-{self.hour_band + HOUR_BAND_HOURS:02d}h"
-        return f"{self.camera_id}: {', '.join(self.labels) or 'nothing'} on {zones}, {band}{who}"
 
 
 @dataclass(frozen=True)
@@ -89,10 +64,10 @@ class HouseholdException:
     expires_at: datetime
 
     def explain(self) -> str:
-        """The line a verdict's reasons would carry."""
+        """The line a verdict's reasons carry when this exception lifted a rule (and `hsi exceptions` shows)."""
         return (
-            f"the household marked {self.corrections} similar events harmless ({self.pattern.describe()}); "
-            f"exception until {self.expires_at:%Y-%m-%d}"
+            f"the household marked {self.corrections} similar events harmless ({self.pattern.describe()}): "
+            f"exception {self.pattern.key}, expires {self.expires_at:%Y-%m-%d}"
         )
 
 
@@ -105,38 +80,13 @@ class Ineligible:
     reason: str
 
 
-def local_hour(context: EnrichedContext) -> int:
-    """The batch's local start hour (the context's `local_start`, in the camera's zone; UTC start otherwise)."""
-    local = context.detections.local_start
-    if local and len(local) >= 13 and local[11:13].isdigit():
-        return int(local[11:13])
-    return (context.detections.first_ts or context.batch.started_at).hour
-
-
-def batch_pattern(context: EnrichedContext) -> Pattern:
-    identities = {
-        str(obs.fields["identity"])
-        for obs in context.observations.get("reid", [])
-        if obs.fields.get("known") is True and obs.fields.get("identity")
-    }
-    identities |= {plate for track in context.detections.tracks for plate in track.plates}
-    return Pattern(
-        camera_id=context.batch.camera_id,
-        labels=tuple(sorted(context.detections.by_label)),
-        zones=tuple(sorted(context.detections.zones)),
-        hour_band=local_hour(context) // HOUR_BAND_HOURS * HOUR_BAND_HOURS,
-        identities=tuple(sorted(identities)),
-    )
-
-
-def harmless_label(batch_id: str, context: EnrichedContext, received_at: datetime, is_night: bool) -> HarmlessLabel:
-    """A correction to low as a label; `is_night` from the floor's own night hours (EvidenceRules.is_night)."""
+def harmless_label(
+    batch_id: str, context: EnrichedContext, received_at: datetime, unknown_person_at_entry_at_night: bool
+) -> HarmlessLabel:
+    """A correction to low as a label; the flag is the floor's own reading of the batch
+    (core/verdict/evidence.py `unknown_person_at_entry_at_night`: its night hours, zone roles and "known")."""
     pattern = batch_pattern(context)
-    entry = set(context.camera_profile.entry_zones) if context.camera_profile is not None else set()
-    unknown_person = "person" in pattern.labels and not pattern.identities
-    return HarmlessLabel(
-        batch_id, pattern, received_at, unknown_person and bool(entry & set(pattern.zones)) and is_night
-    )
+    return HarmlessLabel(batch_id, pattern, received_at, unknown_person_at_entry_at_night and not pattern.identities)
 
 
 def derive_exceptions(
@@ -150,8 +100,10 @@ def derive_exceptions(
     most corrected first."""
     groups: dict[str, dict[str, HarmlessLabel]] = {}
     for label in labels:
+        if label.received_at > now:  # not received yet at `now` (a replay of an earlier verdict)
+            continue
         cut = removed.get(label.pattern.key)
-        if cut is not None and label.received_at <= cut:
+        if cut is not None and cut <= now and label.received_at <= cut:
             continue
         batches = groups.setdefault(label.pattern.key, {})
         known = batches.get(label.batch_id)
@@ -193,3 +145,10 @@ def exempts(exception: HouseholdException, pattern: Pattern, rule: str, now: dat
     if rule in NEVER_EXEMPT_RULES or rule not in EXEMPTIBLE_RULES:
         return False
     return exception.pattern == pattern and now < exception.expires_at
+
+
+def exception_for(
+    exceptions: Iterable[HouseholdException], pattern: Pattern, now: datetime
+) -> HouseholdException | None:
+    """The exception in force at `now` for a batch of `pattern` (the same pattern exactly), or None."""
+    return next((e for e in exceptions if e.pattern == pattern and now < e.expires_at), None)

@@ -29,7 +29,7 @@ def test_every_module_uses_the_one_definition():
 def test_prompt_order_titles_and_enrichment_types():
     assert SECTION_KEYS[:4] == ("detections", "scene", "florence", "clip")
     assert len(set(SECTION_KEYS)) == len(SECTIONS) and len(set(SECTION_TITLES.values())) == len(SECTIONS)
-    not_enrichment = ("detections", "scene", *HISTORY_SECTIONS)
+    not_enrichment = ("detections", "scene", "household", *HISTORY_SECTIONS)
     assert tuple(key for key in SECTION_KEYS if key not in not_enrichment) == ENRICHMENT_TYPES
     assert SECTION_KEYS[-2:] == HISTORY_SECTIONS  # the household's own history closes the batch's evidence
     assert set(enrichment.OBSERVATION_FIELDS) == set(ENRICHMENT_TYPES) - {"florence", "clip"}

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hsi_dagster.core.context.context_models import HouseholdExample
 from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.prompt.budget import FULL_REMOVAL_ORDER, PromptTooLarge, fit_to_budget
 from hsi_dagster.core.prompt.messages import (
@@ -50,6 +51,10 @@ def sections_for(n=30, seed=11, camera="front_door"):
     detections[1]["enrichment"]["vehicle"] = {"type": "van", "color": "white", "plate": "AB12", "damage": "none"}
     detections[2]["enrichment"]["pet"] = {"species": "dog", "score": 0.9}
     context = build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2)
+    example = HouseholdExample(
+        local_time="23:31", labels=["car"], zones=["driveway"], stored_level="medium", household_level="low"
+    )
+    context = context.model_copy(update={"household_examples": [example]})
     return batch["batch_id"], build_sections(context)
 
 
@@ -73,6 +78,7 @@ def test_prompt_budget_is_per_slot():
 
 def test_removal_order_matches_reference_with_clip_before_scene():
     assert FULL_REMOVAL_ORDER == (
+        "household",  # the household's corrections of other batches: a precedent, not this batch's evidence
         "depth",
         "pose",
         "action",

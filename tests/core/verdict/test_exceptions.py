@@ -9,18 +9,18 @@ from typing import Any
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.enrichment import build_context
-from hsi_dagster.core.verdict.evidence import EvidenceRules
+from hsi_dagster.core.verdict.evidence import EvidenceRules, evidence_floor, unknown_person_at_entry_at_night
 from hsi_dagster.core.verdict.exceptions import (
     EXEMPTIBLE_RULES,
     MAX_EXCEPTIONS_PER_CAMERA,
     NEVER_EXEMPT_RULES,
     ExceptionPolicy,
     HarmlessLabel,
+    HouseholdException,
     batch_pattern,
     derive_exceptions,
     exempts,
     harmless_label,
-    local_hour,
 )
 
 PROFILE = CameraProfile(
@@ -32,7 +32,13 @@ T0 = datetime(2026, 3, 1, 23, 30, tzinfo=UTC)  # 23:30: the neighbour parks
 
 
 def context(
-    batch_id: str, start: datetime, *, label: str = "car", zone: str = "driveway", **enrichment: Any
+    batch_id: str,
+    start: datetime,
+    *,
+    label: str = "car",
+    zone: str = "driveway",
+    profile: CameraProfile | None = PROFILE,
+    **enrichment: Any,
 ) -> EnrichedContext:
     detections = [
         {
@@ -52,12 +58,12 @@ def context(
         "started_at": detections[0]["ts"],
         "last_ts": detections[-1]["ts"],
     }
-    return build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2, camera_profile=PROFILE)
+    return build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2, camera_profile=profile)
 
 
 def label_of(batch_id: str, start: datetime, received: datetime, **kwargs: Any) -> HarmlessLabel:
     ctx = context(batch_id, start, **kwargs)
-    return harmless_label(batch_id, ctx, received, RULES.is_night(local_hour(ctx)))
+    return harmless_label(batch_id, ctx, received, unknown_person_at_entry_at_night(ctx, PROFILE, RULES))
 
 
 def nights(n: int, **kwargs: Any) -> list[HarmlessLabel]:
@@ -147,3 +153,47 @@ def test_a_camera_holds_a_bounded_number_of_exceptions() -> None:
         ]
     exceptions, _ = derive_exceptions(labels, {}, T0 + timedelta(days=3), POLICY)
     assert len(exceptions) == MAX_EXCEPTIONS_PER_CAMERA
+
+
+WATCHED = PROFILE.model_copy(update={"private_zones": ["driveway"]})  # the driveway is watched: a car there at night
+
+
+def floor_with(ctx: EnrichedContext, exceptions, at: datetime, profile: CameraProfile | None = WATCHED):
+    return evidence_floor(ctx, profile, None, RULES, exceptions, at)
+
+
+def test_the_floor_lifts_the_presence_rules_of_an_exception_and_says_so() -> None:
+    exceptions, _ = derive_exceptions(nights(3), {}, T0 + timedelta(days=3), POLICY)
+    car = context("next", T0 + timedelta(days=4))
+    assert floor_with(car, [], T0 + timedelta(days=4)).score == 45  # vehicle at night, without the exception
+    floor = floor_with(car, exceptions, T0 + timedelta(days=4))
+    assert floor.score == 0 and floor.level == "low"
+    (reason,) = floor.reasons
+    assert reason.startswith("vehicle or object at night:") and " -> lifted: the household marked 3 similar" in reason
+    assert f"exception {exceptions[0].pattern.key}, expires {exceptions[0].expires_at:%Y-%m-%d}" in reason
+    # forcing on the same pattern stands; only the presence rule is lifted
+    prying = context("pry", T0 + timedelta(days=4), action={"label": "prying", "score": 0.9})
+    floor = floor_with(prying, exceptions, T0 + timedelta(days=4))
+    assert floor.score == 75 and floor.reasons[0].startswith("forcing:") and "lifted" in floor.reasons[-1]
+
+
+def test_an_expired_or_other_pattern_exception_changes_nothing() -> None:
+    exceptions, _ = derive_exceptions(nights(3), {}, T0 + timedelta(days=3), POLICY)
+    car = context("next", T0 + timedelta(days=4))
+    assert floor_with(car, exceptions, exceptions[0].expires_at).score == 45
+    street = context("street", T0 + timedelta(days=4), zone="street")
+    assert floor_with(street, exceptions, T0 + timedelta(days=4)) == floor_with(street, [], T0 + timedelta(days=4))
+
+
+def test_the_floor_never_lifts_an_unknown_person_at_an_entry_zone_at_night() -> None:
+    # an exception for that pattern cannot be derived; made by hand, the floor still refuses it
+    person = context("man", T0 + timedelta(days=4), label="person", zone="door")
+    forged = HouseholdException(batch_pattern(person), 9, T0, T0, T0 + timedelta(days=30))
+    floor = floor_with(person, [forged], T0 + timedelta(days=4))
+    assert floor.score == 70 and floor.reasons[0].startswith("person at night:")
+    assert "not applied: a person not known" in floor.reasons[-1]
+    # without a profile the entry role is guessed from the zone's name (front_door): the same refusal
+    guessed = context("man2", T0 + timedelta(days=4), label="person", zone="front_door", profile=None)
+    assert unknown_person_at_entry_at_night(guessed, None, RULES)
+    by_hand = HouseholdException(batch_pattern(guessed), 9, T0, T0, T0 + timedelta(days=30))
+    assert floor_with(guessed, [by_hand], T0 + timedelta(days=4), profile=None).score == 70
