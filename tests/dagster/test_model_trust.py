@@ -78,11 +78,16 @@ def test_trust_follows_the_real_servers_model_unmeasured_measured_and_refused(ll
     res = resources(db, llama_server.url)
     llm, duckdb = res["llm"], res["duckdb"]
     identity = llm.model_identity(llama_server.url)
-    unmeasured = answering_trust(llm, duckdb, llama_server.url, "plain", "full", "auto")
+    # The bundled model at full quality carries the project's shipped measurement (storage/shipped_trust.py); at
+    # standard quality nothing was measured, so the stated default applies and says why.
+    shipped = answering_trust(llm, duckdb, llama_server.url, "plain", "full", "auto")
+    assert shipped.source == "measured" and "shipped with hsi" in shipped.reason
+    unmeasured = answering_trust(llm, duckdb, llama_server.url, "plain", "standard", "auto")
     model, size, schema, quality = (unmeasured.fingerprint or "").split("|")
     assert model.lower().startswith("smollm2") and "/" not in model  # the short name, as rows carry it
-    assert int(size) > 50_000_000 and (schema, quality) == ("plain", "full")  # llama.cpp's meta.size, bytes
+    assert int(size) > 50_000_000 and (schema, quality) == ("plain", "standard")  # llama.cpp's meta.size, bytes
     assert identity is not None and (short_model_name(identity.name), identity.size) == (model, int(size))
+    assert shipped.fingerprint == f"{model}|{size}|plain|full"  # the shipped record is for this very file
     assert (unmeasured.value, unmeasured.source) == (DEFAULT_TRUST, "default")
     assert unmeasured.reason == f"no measured trust for {unmeasured.fingerprint}: stated default trust {DEFAULT_TRUST}"
 

@@ -12,6 +12,7 @@ from hsi_dagster.assets.contexts import enriched_contexts
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.sensors import batch_window_sensor
 from hsi_dagster.storage.ingest import ingest_lines
+from hsi_dagster.storage.shipped_trust import shipped_trust
 from tests.support.contract import CONTRACT_COLUMNS as CONTRACT_TABLES
 from tests.support.pipeline_helpers import closed_windows, detection, hours_ago, resources, sensor_tick
 
@@ -23,6 +24,12 @@ ASSESSMENT_COLUMNS = CONTRACT_TABLES["risk_assessments"]
 MAYBE_EMPTY = ("risk_score", "risk_level", "summary", "reasoning", "sections_removed")
 ALWAYS_SET = [column for column in ASSESSMENT_COLUMNS if column not in MAYBE_EMPTY]
 LEVELS = {"low": range(0, 30), "medium": range(30, 60), "high": range(60, 85), "critical": range(85, 101)}
+
+
+def shipped_trust_for(fingerprint: str) -> dict:
+    """The package's shipped measurement of this fingerprint (storage/shipped_trust.py)."""
+    (row,) = [row for row in shipped_trust() if row["fingerprint"] == fingerprint]
+    return row
 
 
 def load_trust_columns(db: str, batch_id: str) -> dict:
@@ -79,11 +86,12 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
             for column in ALWAYS_SET:
                 assert record[column] is not None, column
             assert record["prompt_tokens"] <= record["context_budget"]
-            # the trust that applied (migration 11): the session's SmolLM2 is unmeasured in a fresh database
+            # the trust that applied (migration 11): in a fresh database, the one shipped for the bundled SmolLM2
             model_row = load_trust_columns(db, record["batch_id"])
-            assert model_row["trust_source"] == "default" and model_row["model_trust"] == 2
+            shipped = shipped_trust_for(model_row["model_fingerprint"])
+            assert model_row["trust_source"] == "measured" and model_row["model_trust"] == shipped["trust"]
             assert model_row["model_fingerprint"].startswith(record["model"] + "|")
-            assert model_row["trust_reason"].startswith("no measured trust for " + model_row["model_fingerprint"])
+            assert model_row["trust_reason"].startswith(f"measured trust {shipped['trust']} (shipped with hsi")
             if record["status"] == "ok":
                 assert record["risk_score"] in LEVELS[record["risk_level"]]
                 assert record["summary"] and record["reasoning"]
