@@ -67,6 +67,12 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     CORRECTIONS_PER_CAMERA_PER_HOUR: int
     HOUSEHOLD_EXCEPTION_MIN_CORRECTIONS: int
     HOUSEHOLD_EXCEPTION_DAYS: float
+    PROMPT_HOUSEHOLD_EXAMPLES: int
+    # Visits (issue 44): linking a batch into one person's way around the house
+    VISIT_GAP_SECONDS: float
+    VISIT_MAX_SPAN_SECONDS: float
+    VISIT_MAX_BATCHES: int
+    VISIT_CLOCK_SKEW_SECONDS: float
     # Enrichment, prompt and budget (CTX_SIZE / PARALLEL: the per-slot context when the server cannot be asked)
     ENRICHMENT_QUALITY_LEVEL: str
     CLIP_NOISE_THRESHOLD: float
