@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
-from hsi_dagster.core.context.history import HistoryFacts
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor
 from hsi_dagster.core.verdict.exceptions import ExceptionPolicy, HouseholdException
 from hsi_dagster.core.verdict.final import raised_by_evidence_alerts
@@ -26,12 +25,6 @@ from hsi_dagster.storage.evidence_alerts import alerts_for_batch
 from hsi_dagster.storage.exceptions import exceptions_in_force
 from hsi_dagster.storage.pipeline_tables import load_context_json
 from hsi_dagster.storage.visits import visit_of_batch
-
-
-def batch_history(enriched: EnrichedContext) -> HistoryFacts | None:
-    """The history facts the floor reads: those computed for the batch's prompt (enriched_contexts, issue 25), None
-    when history is off or the context predates it. The one place to change if they come from elsewhere."""
-    return enriched.history
 
 
 def batch_floor(
@@ -47,7 +40,7 @@ def batch_floor(
     exceptions = exceptions_in_force(
         conn, camera_id, EvidenceRules.from_settings(settings), ExceptionPolicy.from_settings(settings), now
     )
-    floor = floor_for(enriched, profile, batch_history(enriched), settings, exceptions, now)
+    floor = floor_for(enriched, profile, enriched.history, settings, exceptions, now)
     if enriched.batch.close_reason == "fast_path":
         floor = fast_path_floor(conn, batch_id, floor, enriched, profile, settings, exceptions, now)
     alerts = alerts_for_batch(conn, batch_id)
@@ -84,5 +77,5 @@ def fast_path_floor(
         quality_level=enriched.quality_level,
         history=enriched.history,
     )
-    so_far = floor_for(context, profile, batch_history(enriched), settings, exceptions, now)
+    so_far = floor_for(context, profile, enriched.history, settings, exceptions, now)
     return with_track_so_far(own, so_far, len(earlier), earlier[0]["ts"])

@@ -298,6 +298,16 @@ def _listing(batch: Batch, close_reason: str, state: str, has_late: bool) -> dic
     }
 
 
+def _detection_rows(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Detection rows as the pipeline reads them: times in UTC, `enrichment` parsed."""
+    detections = _rows(cursor)
+    for detection in detections:
+        detection["ts"] = detection["ts"].astimezone(UTC)
+        detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
+        detection["enrichment"] = loads_enrichment(detection["enrichment"])
+    return detections
+
+
 def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A recorded batch's row and its detections (all columns, ts order, `enrichment` parsed, times in UTC)."""
     row = _stored_row(conn, batch_id)
@@ -305,7 +315,7 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
         raise BatchNotFound(f"batch {batch_id} is not recorded (record it first; see record_batch)")
     for key in ("started_at", "last_ts", "closes_at", "recorded_at"):
         row[key] = row[key].astimezone(UTC)
-    detections = _rows(
+    detections = _detection_rows(
         conn.execute(
             # camera and time range first: zone maps skip most of a large table
             """SELECT * FROM detections
@@ -314,10 +324,6 @@ def load_batch(conn: duckdb.DuckDBPyConnection, batch_id: str) -> tuple[dict[str
             {"camera": row["camera_id"], "first": row["started_at"], "last": row["last_ts"], "batch_id": batch_id},
         )
     )
-    for detection in detections:
-        detection["ts"] = detection["ts"].astimezone(UTC)
-        detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
-        detection["enrichment"] = loads_enrichment(detection["enrichment"])
     return row, detections
 
 
@@ -333,7 +339,7 @@ def track_detections_before(
     fast-path batch's track has shown so far. The latest `limit`, returned in ts order, shaped as `load_batch`'s."""
     if not track_ids:
         return []
-    detections = _rows(
+    return _detection_rows(
         conn.execute(
             """SELECT * FROM (
                    SELECT * FROM detections
@@ -343,8 +349,3 @@ def track_detections_before(
             {"camera": camera_id, "since": since, "before": before, "tracks": list(track_ids), "limit": limit},
         )
     )
-    for detection in detections:
-        detection["ts"] = detection["ts"].astimezone(UTC)
-        detection["ingested_at"] = detection["ingested_at"].astimezone(UTC)
-        detection["enrichment"] = loads_enrichment(detection["enrichment"])
-    return detections
