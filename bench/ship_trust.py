@@ -21,7 +21,7 @@ from pathlib import Path
 from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, recommended_trust
 from hsi_dagster.llm.model_files import bundled_smollm2_path
 from hsi_dagster.llm.options import short_model_name
-from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.db import DatabaseNotFound, connect
 from hsi_dagster.storage.shipped_trust import SHIPPED_TRUST_PATH
 from hsi_dagster.storage.trust import measured_trust
 
@@ -61,7 +61,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=SHIPPED_TRUST_PATH)
     args = parser.parse_args()
     model = short_model_name(str(bundled_smollm2_path()))
-    rows = shipped_rows(args.db, model)
+    try:
+        rows = shipped_rows(args.db, model)
+    except DatabaseNotFound as exc:
+        raise SystemExit(f"ship_trust: {exc}") from None
     if not rows:
         raise SystemExit(f"{args.db}: no model_trust row for the bundled {model}")
     args.out.write_text(json.dumps({"about": ABOUT, "records": rows}, indent=1) + "\n", encoding="utf-8")
