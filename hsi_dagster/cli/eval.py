@@ -379,4 +379,7 @@ def run_household(args: argparse.Namespace, settings: HsiSettings) -> int:
         print(f"  replayed floor = stored floor on {run.faithful} of {len(cases)} batches")
         for line in run.differs:
             print(f"    differs: {line}")
+        if run.trust is not None:
+            print(f"  trust applied: {run.trust.applied.value} ({run.trust.applied.reason})")
+            print(f"  household trust: {run.trust.note}")
     return 0

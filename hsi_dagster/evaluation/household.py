@@ -9,7 +9,9 @@ would apply. The exceptions are those of the verdict's own assessment time, so a
 after) never exempts its replay, and an unchanged configuration gives back the stored floor: `faithful` counts it.
 
 The figures are the labeled set's (core/evaluation/metrics.py `summarise`), beside the same figures of the verdicts
-as stored; nothing is written to the evaluation tables (the labeled set's comparisons and trust stay its own).
+as stored; nothing is written to the evaluation tables (the labeled set's comparisons stay its own). With a server,
+the trust sweep over the corrected batches is stored as the household's own measurement once there are enough of them
+(evaluation/trust.py `measure_household_trust`); production then reads it before the labeled set's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.evaluation.engine import _assess_with, _llm_for
 from hsi_dagster.evaluation.scenario_run import PreparedScenario, floor_result, run_prepared
 from hsi_dagster.evaluation.stored_floor import batch_floor
-from hsi_dagster.evaluation.trust import applied_trust, pass_fingerprint
+from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_household_trust, pass_fingerprint
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.steps import budget_for, prompt_for
@@ -151,6 +153,7 @@ class HouseholdRun:
     faithful: int  # batches whose replayed floor is the stored floor
     differs: list[str]  # the others: "batch: stored floor 45, replayed 0"
     model: str
+    trust: TrustMeasurement | None = None  # with a server: the sweep over the corrected batches, stored when enough
 
 
 def replay(
@@ -173,7 +176,8 @@ def replay(
         info = target.ensure_ready()
         model = info.model
         endpoint = configuration.endpoint or ",".join(target.urls)
-        trust = applied_trust(pass_fingerprint(configuration, target), settings, duckdb, endpoint)
+        fingerprint = pass_fingerprint(configuration, target)
+        trust = applied_trust(fingerprint, settings, duckdb, endpoint)
         budget = budget_for(settings, target.live_slot_context()).estimate_budget
         assess_call = _assess_with(target, settings.NEMOTRON_MAX_OUTPUT_TOKENS, configuration.schema)
         names |= {configuration.model_name: "household.model", configuration.with_floor_name: "household.with-floor"}
@@ -187,6 +191,9 @@ def replay(
     for case, result in zip(cases, results["household.floor"], strict=True):
         if (case.stored_floor_score or 0) != result.floor_score:
             differs.append(f"{case.batch_id}: stored floor {case.stored_floor_score}, replayed {result.floor_score}")
+    measured = None
+    if target is not None:
+        measured = measure_household_trust(results["household.with-floor"], fingerprint, trust, duckdb)
     all_results = {**results, **stored_results(cases)}
     figures = {name: summarise(name, items) for name, items in all_results.items()}
-    return HouseholdRun(results, figures, len(cases) - len(differs), differs, model)
+    return HouseholdRun(results, figures, len(cases) - len(differs), differs, model, measured)

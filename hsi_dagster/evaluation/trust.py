@@ -7,6 +7,8 @@ measured, the trust its with-floor verdicts are stored with, and the sweep whose
   resolved as assets/assessments.py does.
 - `measure_trust`: every trust 0-3 recomputed from the with-floor results' model and floor scores (no more calls) on
   the holdout split; the recommended trust (false alarms within the goal) stored for the fingerprint (storage/trust.py).
+- `measure_household_trust`: the same sweep over the household's corrected batches (`hsi eval --household`), stored as
+  the household's own measurement once there are enough of them; production then reads it first.
 """
 
 from __future__ import annotations
@@ -15,13 +17,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hsi_dagster.core.evaluation.metrics import ScenarioResult
-from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, TrustSample, recommended_trust, trust_sweep
+from hsi_dagster.core.evaluation.trust_sweep import (
+    TrustPoint,
+    TrustSample,
+    household_shortfall,
+    recommended_trust,
+    trust_sweep,
+)
 from hsi_dagster.core.verdict.trust import AUTO, FALSE_ALARM_GOAL, ModelFingerprint, Trust, trust_for_answer
 from hsi_dagster.evaluation.configurations import EvalConfiguration
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
-from hsi_dagster.storage.trust import save_trust, trust_record_for
+from hsi_dagster.storage.trust import save_household_trust, save_trust, trust_record_for
 
 
 @dataclass(frozen=True)
@@ -89,4 +97,29 @@ def measure_trust(
         with duckdb.get_connection() as conn:
             save_trust(conn, fingerprint, recommended, points, goal=goal, split="holdout", configuration=configuration)
         note = f"stored: trust {recommended} for {key}"
+    return TrustMeasurement(applied, key, points, recommended, note.startswith("stored"), note)
+
+
+def measure_household_trust(
+    results: Sequence[ScenarioResult],
+    fingerprint: ModelFingerprint | None,
+    applied: Trust,
+    duckdb: HsiDuckDBResource,
+    goal: float = FALSE_ALARM_GOAL,
+) -> TrustMeasurement:
+    """The sweep over the with-floor results of the household's corrected batches and, when they are enough
+    (`household_shortfall`) and the model reported itself, the recommended trust stored as the household's."""
+    samples = [TrustSample(r.scenario_id, r.expected_level, r.model_score, r.floor_score or 0) for r in results]
+    points = trust_sweep(samples)
+    recommended = recommended_trust(points, goal)
+    shortfall = household_shortfall(samples)
+    key = fingerprint.key if fingerprint is not None else None
+    if fingerprint is None:
+        note = "not stored: the server did not report one model"
+    elif shortfall is not None or recommended is None:  # enough batches always include harmless ones
+        note = f"not stored (the labeled set's measurement stands): {shortfall or 'no harmless batch'}"
+    else:
+        with duckdb.get_connection() as conn:
+            save_household_trust(conn, fingerprint, recommended, points, batches=len(samples), goal=goal)
+        note = f"stored: trust {recommended} for {key}, measured on {len(samples)} corrected batches"
     return TrustMeasurement(applied, key, points, recommended, note.startswith("stored"), note)

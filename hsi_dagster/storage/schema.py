@@ -462,6 +462,27 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX IF NOT EXISTS visit_batches_visit ON visit_batches (visit_id);
         """,
     ),
+    (
+        3802,  # issue 38's second migration
+        "household trust: the model's trust measured on the household's own corrected batches",
+        # storage/trust.py: `hsi eval --household` with a model stores here, per fingerprint, the trust its sweep over
+        # the corrected batches recommends once there are enough of them (core/evaluation/trust_sweep.py); production
+        # reads it before the labeled set's `model_trust` row: the household's own labels are about its own cameras.
+        """
+        CREATE TABLE IF NOT EXISTS household_trust (
+            fingerprint VARCHAR PRIMARY KEY,
+            model VARCHAR NOT NULL,
+            model_size BIGINT,
+            schema VARCHAR NOT NULL,
+            quality_level VARCHAR NOT NULL,
+            trust INTEGER NOT NULL,
+            batches INTEGER NOT NULL,
+            false_alarm_goal DOUBLE NOT NULL,
+            sweep JSON NOT NULL,
+            measured_at TIMESTAMPTZ NOT NULL
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead

@@ -50,12 +50,53 @@ def save_trust(
     )
 
 
+def save_household_trust(
+    conn: duckdb.DuckDBPyConnection,
+    fingerprint: ModelFingerprint,
+    trust: int,
+    points: Sequence[TrustPoint],
+    *,
+    batches: int,
+    goal: float,
+) -> None:
+    """The trust measured on the household's corrected batches (migration 3802), one row per fingerprint."""
+    conn.execute(
+        "INSERT OR REPLACE INTO household_trust (fingerprint, model, model_size, schema, quality_level, trust, batches,"
+        " false_alarm_goal, sweep, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            fingerprint.key,
+            fingerprint.model,
+            fingerprint.size,
+            fingerprint.schema,
+            fingerprint.quality_level,
+            trust,
+            batches,
+            goal,
+            json.dumps([point.as_row() for point in points]),
+            datetime.now(UTC),
+        ],
+    )
+
+
 def trust_record_for(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprint) -> TrustRecord | None:
-    """The record of exactly this fingerprint; else the newest for the same model name, schema and quality level
-    (another size: the caller refuses it, naming both); with none stored, the project's shipped measurement of the
-    bundled model (storage/shipped_trust.py); None when nothing was measured for the model."""
-    stored = _stored_record(conn, fingerprint)
-    return stored if stored is not None else shipped_trust_record(fingerprint)
+    """The household's own measurement of exactly this fingerprint (its corrected batches); else the labeled set's
+    record of exactly this fingerprint, or the newest for the same model name, schema and quality level (another
+    size: the caller refuses it, naming both); with none stored, the project's shipped measurement of the bundled
+    model (storage/shipped_trust.py); None when nothing was measured for the model."""
+    for record in (_household_record(conn, fingerprint), _stored_record(conn, fingerprint)):
+        if record is not None:
+            return record
+    return shipped_trust_record(fingerprint)
+
+
+def _household_record(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprint) -> TrustRecord | None:
+    if not has_table(conn, "household_trust"):
+        return None
+    row = conn.execute("SELECT trust, batches FROM household_trust WHERE fingerprint = ?", [fingerprint.key]).fetchone()
+    if row is None:
+        return None
+    origin = f"the household's {row[1]} corrected batches"
+    return TrustRecord(fingerprint.key, int(row[0]), "household.with-floor", origin)
 
 
 def _stored_record(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprint) -> TrustRecord | None:
@@ -71,12 +112,20 @@ def _stored_record(conn: duckdb.DuckDBPyConnection, fingerprint: ModelFingerprin
 
 
 def measured_trust(conn: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    """Every stored measurement, newest first (for `hsi config check` and reports)."""
+    """Every stored measurement, the household's own first (production reads those first), then newest first (for
+    `hsi config check` and reports)."""
     if not has_table(conn, "model_trust"):
         return []
+    columns = "fingerprint, model, model_size, schema, quality_level, trust, false_alarm_goal"
+    household = ""
+    if has_table(conn, "household_trust"):
+        household = (
+            f"SELECT {columns}, 'household' AS split, 'household.with-floor' AS configuration, sweep, measured_at,"
+            " 0 AS rank FROM household_trust UNION ALL "
+        )
     cursor = conn.execute(
-        "SELECT fingerprint, model, model_size, schema, quality_level, trust, false_alarm_goal, split, configuration,"
-        " sweep, measured_at FROM model_trust ORDER BY measured_at DESC"
+        f"SELECT * EXCLUDE (rank) FROM ({household}SELECT {columns}, split, configuration, sweep, measured_at,"
+        " 1 AS rank FROM model_trust) ORDER BY rank, measured_at DESC"
     )
     names = [d[0] for d in cursor.description]
     rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]

@@ -114,3 +114,25 @@ def recommended_trust(points: Sequence[TrustPoint], goal: float = FALSE_ALARM_GO
         and _gains(point, base)
     ]
     return max(earned, default=0)
+
+
+# The household's corrected batches measure the trust too (`hsi eval --household` with a model), once there are enough
+# of them to measure anything: a false-alarm rate needs harmless batches (with 10, one false alarm is 10 %, already
+# over the 3 % goal, so a model that raises one harmless batch of this household earns nothing), a recall gain needs
+# threats, and 30 in all keeps one odd week from deciding. Below these, the labeled set's measurement stands.
+HOUSEHOLD_MIN_BATCHES = 30
+HOUSEHOLD_MIN_HARMLESS = 10
+HOUSEHOLD_MIN_THREATS = 3
+
+
+def household_shortfall(samples: Sequence[TrustSample]) -> str | None:
+    """Why the household's corrected batches do not yet measure a trust (None: they do)."""
+    harmless = sum(sample.expected_level == "low" for sample in samples)
+    threats = sum(sample.expected_level in ALERT_LEVELS for sample in samples)
+    enough = len(samples) >= HOUSEHOLD_MIN_BATCHES
+    if enough and harmless >= HOUSEHOLD_MIN_HARMLESS and threats >= HOUSEHOLD_MIN_THREATS:
+        return None
+    return (
+        f"{len(samples)} corrected batches ({harmless} harmless, {threats} high or critical); a household measurement "
+        f"needs {HOUSEHOLD_MIN_BATCHES} ({HOUSEHOLD_MIN_HARMLESS} harmless, {HOUSEHOLD_MIN_THREATS} high or critical)"
+    )

@@ -80,3 +80,20 @@ def test_the_rules_own_false_alarms_do_not_count_against_the_model():
 def test_no_harmless_scenario_measured_gives_no_recommendation():
     assert recommended_trust(trust_sweep([sample(1, "critical", 92, 0)])) is None
     assert recommended_trust([]) is None
+
+
+def test_the_household_measures_a_trust_only_with_enough_corrections_of_both_kinds() -> None:
+    from hsi_dagster.core.evaluation.trust_sweep import household_shortfall
+
+    def samples(harmless: int, threats: int, medium: int = 0) -> list[TrustSample]:
+        levels = ["low"] * harmless + ["high"] * threats + ["medium"] * medium
+        return [TrustSample(f"b{n}", level, 10, 0) for n, level in enumerate(levels)]
+
+    assert household_shortfall(samples(10, 3, 17)) is None
+    assert household_shortfall(samples(27, 3)) is None
+    assert household_shortfall(samples(10, 3, 16)) is not None  # 29 in all
+    assert household_shortfall(samples(9, 3, 18)) == (
+        "30 corrected batches (9 harmless, 3 high or critical); a household measurement needs 30 (10 harmless, "
+        "3 high or critical)"
+    )
+    assert household_shortfall(samples(28, 2)) is not None  # no recall to measure
