@@ -34,7 +34,7 @@ from typing import Any
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile, parse_camera_profiles
 from hsi_dagster.synthetic.scenario_kit import Actor, Scene, reading
-from hsi_dagster.synthetic.scenario_specs import load_categories
+from hsi_dagster.synthetic.scenario_specs import HOLDOUT_ONLY_GROUP, load_categories
 
 SCENARIO_SEED = 2026
 SCENARIOS_PATH = Path(__file__).resolve().parents[1] / "data" / "eval_scenarios.jsonl"
@@ -207,7 +207,7 @@ def generate_scenarios(seed: int = SCENARIO_SEED) -> list[Scenario]:
                     camera_id=scene.camera,
                     batch=batch,
                     detections=detections,
-                    split=split_for(category.name, index),
+                    split="holdout" if category.group == HOLDOUT_ONLY_GROUP else split_for(category.name, index),
                     history=scene.history,
                     **category.label,
                 )

@@ -10,7 +10,7 @@ import pytest
 from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.intake.detections import Rejection, validate_record
 from hsi_dagster.core.prompt.risk_schema import LEVEL_BANDS
-from hsi_dagster.synthetic.scenario_specs import load_categories
+from hsi_dagster.synthetic.scenario_specs import HOLDOUT_ONLY_GROUP, load_categories
 from hsi_dagster.synthetic.scenarios import (
     SCENARIOS_PATH,
     ScenarioFileError,
@@ -75,7 +75,8 @@ def test_every_label_is_consistent_and_every_record_is_valid():
         assert 0 <= low <= high <= 100
         assert low <= level_high and high >= level_low, scenario.scenario_id  # band overlaps the expected level
         assert scenario.reason and "\n" not in scenario.reason
-        assert scenario.camera_id in profiles
+        unprofiled = scenario.category.endswith("_unprofiled") or scenario.category.endswith("_unprofiled_day")
+        assert (scenario.camera_id in profiles) != unprofiled, scenario.scenario_id  # a new user's camera has none
         for line_no, detection in enumerate(scenario.detections, start=1):
             result = validate_record(json.dumps(detection), source=scenario.scenario_id, line_no=line_no)
             assert not isinstance(result, Rejection), result
@@ -111,9 +112,12 @@ def test_split_is_deterministic_and_stratified():
     assert {s.split for s in scenarios} == set(SPLITS)
     for level in ("low", "medium", "high", "critical"):
         assert {s.split for s in scenarios if s.expected_level == level} == set(SPLITS), level
+    unseen = {category.name for category in load_categories() if category.group == HOLDOUT_ONLY_GROUP}
+    assert len(unseen) >= 6 and all(s.split == "holdout" for s in scenarios if s.category in unseen)  # never tuned on
     by_category: dict[str, list[str]] = {}
     for scenario in scenarios:
-        by_category.setdefault(scenario.category, []).append(scenario.split)
+        if scenario.category not in unseen:
+            by_category.setdefault(scenario.category, []).append(scenario.split)
     for category, splits in by_category.items():
         assert splits == [split_for(category, i) for i in range(len(splits))]  # stored == the rule
         if len(splits) >= 2:
