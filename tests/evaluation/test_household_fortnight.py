@@ -60,6 +60,7 @@ def test_the_neighbours_car_stops_alarming_after_the_thresholds_corrections(runs
     assert len(car) == threshold and {(c["source"], c["level"], c["direction"]) for c in car} == {
         ("mqtt", "low", "lower")
     }
+    assert all(c["note"].startswith("Home Assistant button") for c in car)  # the discovered button's payload
     assert after.refusals == []
 
 
