@@ -11,6 +11,7 @@ import dagster as dg
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert, evidence_alerts
+from hsi_dagster.core.verdict.exceptions import ExceptionPolicy
 from hsi_dagster.jobs import batch_pipeline_job
 from hsi_dagster.resources import AlertWebhookResource, HsiDuckDBResource, PipelineSettingsResource
 from hsi_dagster.settings import HsiSettings
@@ -21,6 +22,7 @@ from hsi_dagster.storage.evidence_alerts import (
     pending_evidence_alerts,
     set_webhook_status,
 )
+from hsi_dagster.storage.exceptions import exceptions_in_force
 
 EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arrived this recently (keys dedupe)
 EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
@@ -74,16 +76,22 @@ def claim_evidence_alerts(
     """The alert before the LLM (core/verdict/evidence_alerts.py), first half: detections ingested in the last minute
     (any path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
     track + cooldown slot, before any post, so a pass that runs again sends nothing twice. Returns what to post:
-    the alerts this call stored, and claims whose tick died before their post."""
+    the alerts this call stored, and claims whose tick died before their post. The household exceptions in force
+    lift presence rules only, as for the batch's floor (core/verdict/evidence_alerts.py)."""
     now = now or datetime.now(UTC)
+    rules, policy = EvidenceRules.from_settings(settings), ExceptionPolicy.from_settings(settings)
     with duckdb.get_connection() as conn:
         rows, new_ids = evidence_candidates(conn, now - EVIDENCE_INGESTED_WITHIN, now - EVIDENCE_SEEN_WITHIN)
+        cameras = sorted({str(row["camera_id"]) for row in rows})
+        exceptions = {camera: exceptions_in_force(conn, camera, rules, policy, now) for camera in cameras}
         decided = evidence_alerts(
             rows,
             new_ids,
             profiles,
             cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS,
-            rules=EvidenceRules.from_settings(settings),
+            rules=rules,
+            exceptions=exceptions,
+            at=now,
         )
         claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
         claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)

@@ -6,17 +6,21 @@ The metrics themselves are tested against hand-computed values in tests/core/eva
 from __future__ import annotations
 
 import os
+from datetime import timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from hsi_dagster.assets.evaluation import evaluation_asset
+from hsi_dagster.cli.main import main
 from hsi_dagster.core.evaluation.metrics import summarise
-from hsi_dagster.evaluation.configurations import configurations_for, default_configurations
+from hsi_dagster.evaluation.configurations import configurations_for, default_configurations, floor_configurations
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource, PipelineSettingsResource
-from hsi_dagster.settings import load_settings
+from hsi_dagster.settings import HsiSettings, load_settings
 from hsi_dagster.storage.db import connect
 from hsi_dagster.storage.evaluation import load_agreement, load_configuration_details, load_figures, load_results
+from tests.evaluation.test_household import NIGHT, judge_and_correct
 from tests.support.llm_fixtures import SERVER_SETTINGS, RunningLlama
 
 SCENARIOS = ["s059"]  # adversarial_harmless: expected high; the caption says the event is harmless
@@ -97,6 +101,62 @@ def test_two_configurations_store_figures_kappa_and_report(llama_server: Running
 def test_definitions_register_one_partition_per_quality_level() -> None:
     asset = evaluation_asset(default_configurations())
     assert asset.partitions_def is not None
-    assert sorted(asset.partitions_def.get_partition_keys()) == ["full", "full.rubric", "minimal", "standard"]
+    assert sorted(asset.partitions_def.get_partition_keys()) == [
+        "full",
+        "full.rubric",
+        "household",
+        "minimal",
+        "standard",
+    ]
     names = [c.name for c in configurations_for(["http://10.0.0.5:8091/", "http://gpu:8000"], ["full", "minimal"])]
     assert names == ["10.0.0.5_8091.full", "10.0.0.5_8091.minimal", "gpu_8000.full", "gpu_8000.minimal"]
+
+
+def test_the_household_partition_replays_the_corrected_batches_like_hsi_eval_household(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The `household` partition on a real Dagster instance, floor-only (the replay under test is the household
+    set's, not the model's): the same figures as `hsi eval --household --floor-only` on the same database, the
+    stored floors given back with the configuration unchanged, fewer after an evidence setting moves the floor."""
+    db = tmp_path / "hsi.duckdb"
+    for name in HsiSettings.model_fields:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HSI_ENV_FILE", os.devnull)
+    monkeypatch.setenv("HSI_DUCKDB_PATH", str(db))
+    for night in range(5):  # the neighbour's car marked harmless five nights running: an exception from the fourth
+        judge_and_correct(db, f"car-{night}", NIGHT + timedelta(days=night), "low")
+    judge_and_correct(db, "man-night", NIGHT + timedelta(days=5, minutes=5), "high", label="person", zone="door")
+    judge_and_correct(db, "man-day", NIGHT + timedelta(days=5, hours=-10), "low", label="person", zone="door")
+    asset = evaluation_asset(default_configurations(), household=floor_configurations(["full"])[0])
+    instance = dg.DagsterInstance.ephemeral()
+
+    def materialize(**overrides: str) -> dict:
+        settings = load_settings(os.devnull, HSI_DUCKDB_PATH=str(db), **overrides)
+        resources = {
+            "duckdb": HsiDuckDBResource(database=str(db)),
+            "llm": LlamaServerResource(urls=["http://127.0.0.1:9"], startup_timeout_seconds=1),  # never called
+            "pipeline_settings": PipelineSettingsResource.from_settings(settings),
+        }
+        outcome = dg.materialize([asset], partition_key="household", resources=resources, instance=instance)
+        assert outcome.success
+        (materialization,) = outcome.asset_materializations_for_node("evaluation")
+        return {key: value.value for key, value in materialization.metadata.items()}
+
+    unchanged = materialize()
+    assert (unchanged["corrected_batches"], unchanged["cameras"], unchanged["model"]) == (7, "drive", "evidence floor")
+    assert unchanged["replayed_floor_equals_stored"] == 7 and unchanged["differs"] == "none"
+    for figure in ("level_accuracy", "false_alarm_rate", "under_call_rate"):
+        assert unchanged[f"household.floor: {figure}"] == unchanged[f"household.stored-floor: {figure}"]
+    assert unchanged["household.floor: level_accuracy"] == round(4 / 7, 4)
+
+    # the same figures as the CLI on the same database
+    assert main(["eval", "--household", "--floor-only"]) == 0
+    cli = next(line for line in capsys.readouterr().out.splitlines() if "household.floor:" in line)
+    assert f"level accuracy {unchanged['household.floor: level_accuracy']:.0%}" in cli
+
+    moved = materialize(EVIDENCE_NIGHT_START_HOUR="0")  # 23:30 is evening now: the presence rules stop firing
+    assert moved["replayed_floor_equals_stored"] == 3
+    assert "man-night: stored floor 70, replayed 0" in moved["differs"]
+    assert moved["household.floor: level_accuracy"] != moved["household.stored-floor: level_accuracy"]
+    assert moved["household.stored-floor: level_accuracy"] == unchanged["household.stored-floor: level_accuracy"]
+    assert instance.get_latest_materialization_event(asset.key) is not None

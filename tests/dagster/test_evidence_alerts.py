@@ -11,6 +11,7 @@ detections written by other paths."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import threading
 import time
@@ -279,3 +280,70 @@ def test_without_an_inbox_it_alerts_on_detections_from_other_paths(instance, tmp
     sensor_tick(evidence_watch_sensor, instance, res, None)
     sensor_tick(evidence_watch_sensor, instance, res, None)
     assert [p["json"]["kind"] for p in webhook.posts] == [EVIDENCE_ONLY] and len(stored(db)) == 1
+
+
+def test_a_household_exception_stops_its_presence_alert_never_a_forcing_one(tmp_path) -> None:
+    """claim_evidence_alerts on a real DuckDB file: a stranger on the lawn at night the household marked harmless
+    three nights running (stored contexts, verdicts and corrections) no longer alerts before the LLM; someone prying
+    on the same lawn at the same hour still does, and without the corrections the lawn alerts."""
+    from hsi_dagster.core.context.camera_profiles import CameraProfile
+    from hsi_dagster.core.context.enrichment import build_context
+    from hsi_dagster.core.outbound.corrections import check_request
+    from hsi_dagster.sensors.alerts import claim_evidence_alerts
+    from hsi_dagster.settings import load_settings
+    from hsi_dagster.storage.corrections import correct
+    from hsi_dagster.storage.db import connect
+    from hsi_dagster.storage.pipeline_tables import save_context
+    from tests.support.verdicts import save_verdict
+
+    now = datetime.now(UTC)
+    offset = (2 - now.hour) % 24  # a fixed-offset zone where it is 02:xx now: night whenever the test runs
+    offset = offset - 24 if offset > 14 else offset
+    zone = f"Etc/GMT{-offset:+d}" if offset else "UTC"  # Etc/GMT-3 is UTC+3
+    profile = CameraProfile(
+        camera_id="yard", timezone=zone, zones=["lawn", "patio"], entry_zones=["patio"], private_zones=["lawn"]
+    )
+
+    def lawn(prefix: str, start: datetime, **enrichment) -> list[str]:
+        return [
+            detection(
+                f"{prefix}{n}",
+                "yard",
+                start + timedelta(seconds=2 * n),
+                "person",
+                0.88,
+                track_id=f"{prefix}t",
+                zone="lawn",
+                enrichment={**STRANGER, **enrichment},
+            )
+            for n in range(3)
+        ]
+
+    def claimed(db: Path) -> list[EvidenceAlert]:
+        settings = load_settings(os.devnull, HSI_DUCKDB_PATH=str(db))
+        return claim_evidence_alerts(HsiDuckDBResource(database=str(db)), settings, {"yard": profile}, now)
+
+    corrected, control = tmp_path / "corrected.duckdb", tmp_path / "control.duckdb"
+    for night in (3, 2, 1):  # the same lawn, the same hour, corrected to low the morning after
+        start = now - timedelta(days=night)
+        batch = {"batch_id": f"lawn-{night}", "camera_id": "yard", "started_at": start, "last_ts": start}
+        rows = [{**json.loads(line), "ts": start} for line in lawn(f"old{night}-", start)]
+        for row in rows:
+            row["enrichment"] = STRANGER
+        context = build_context(batch, rows, quality_level="full", clip_noise_threshold=0.2, camera_profile=profile)
+        with connect(corrected) as conn:
+            save_context(conn, batch["batch_id"], context.to_json(), "full", [])
+        save_verdict(corrected, batch["batch_id"], "yard", 70, start + timedelta(minutes=1), floor_score=70)
+        with connect(corrected) as conn:
+            correct(conn, check_request(batch["batch_id"], "low", source="cli"), start + timedelta(hours=8))
+
+    for db in (corrected, control):
+        ingest_lines(str(db), lawn("now-", now - timedelta(seconds=20)))
+    (alert,) = claimed(control)
+    assert alert.risk_level == "high" and alert.reasons[0].startswith("person at night")
+    assert claimed(corrected) == []  # the exception in force lifts the presence rule
+
+    for db in (corrected, control):
+        ingest_lines(str(db), lawn("pry-", now - timedelta(seconds=10), action={"label": "prying", "score": 0.9}))
+    (forcing,) = claimed(corrected)
+    assert forcing.track_id == "pry-t" and forcing.risk_score == 75 and forcing.reasons[0].startswith("forcing")

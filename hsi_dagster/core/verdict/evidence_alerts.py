@@ -9,7 +9,10 @@ inbox sensor (sensors/inbox.py); the batch's verdict follows later and may only 
   track beside a person track is judged with the person (one alert for the incident, keyed by the person's track).
 - What: core.verdict.evidence.evidence_floor over a context built with core.context.enrichment.build_context, as the
   batch's floor is (quality "full": whatever enrichment arrived inline counts). An alert when the floor is high or
-  critical.
+  critical. The camera's household exceptions in force (core/verdict/exceptions.py) are respected the floor's way:
+  a group of exactly an exception's pattern has its presence rules lifted (a person at night on the garden the
+  household marked harmless does not alert every night); the weapon, violence, forcing, probing and tool rules are
+  never lifted, nor an unknown person at an entry zone at night without a recognised identity.
 - Key: `<camera>:<track or "-">:<slot>`, slot = the track's first detection time (an untracked detection's own time)
   divided by the cooldown: the same detections give the same key, so a tick that dies midway and runs again, or
   the next tick seeing more of the same track, finds the key stored and sends nothing twice.
@@ -25,6 +28,7 @@ from typing import Any
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.enrichment import build_context
 from hsi_dagster.core.verdict.evidence import ALERT_LEVELS, EvidenceRules, evidence_floor
+from hsi_dagster.core.verdict.exceptions import HouseholdException
 
 EVIDENCE_ONLY = "evidence_only"
 NEARBY_SECONDS = 30.0
@@ -132,9 +136,12 @@ def evidence_alerts(
     *,
     cooldown_seconds: float,
     rules: EvidenceRules | None = None,
+    exceptions: Mapping[str, Sequence[HouseholdException]] | None = None,
+    at: datetime | None = None,
 ) -> list[EvidenceAlert]:
     """The alerts the detections call for, judging only groups holding one of `new_ids` (the others were judged
-    when their detections arrived). `detections`: contract rows with `ts` as aware datetimes, `enrichment` parsed."""
+    when their detections arrived). `detections`: contract rows with `ts` as aware datetimes, `enrichment` parsed.
+    `exceptions`: per camera, the household exceptions in force at `at` (the moment of judgement)."""
     fresh = set(new_ids)
     by_camera: dict[str, list[Mapping[str, Any]]] = {}
     for d in detections:
@@ -145,7 +152,15 @@ def evidence_alerts(
         for group in groups:
             if not fresh & {d["detection_id"] for d in group.detections} or _judged_with_a_person(group, groups):
                 continue
-            alert = _judge(group, _context_detections(group, camera_detections), profiles, cooldown_seconds, rules)
+            alert = _judge(
+                group,
+                _context_detections(group, camera_detections),
+                profiles,
+                cooldown_seconds,
+                rules,
+                (exceptions or {}).get(camera_id, ()),
+                at,
+            )
             if alert is not None:
                 alerts.append(alert)
     return alerts
@@ -157,6 +172,8 @@ def _judge(
     profiles: Mapping[str, CameraProfile],
     cooldown_seconds: float,
     rules: EvidenceRules | None,
+    exceptions: Sequence[HouseholdException] = (),
+    at: datetime | None = None,
 ) -> EvidenceAlert | None:
     key = alert_key(group.camera_id, group.track_id, group.first, cooldown_seconds)
     newest = max(group.detections, key=lambda d: (d["ts"], d["detection_id"]))
@@ -178,7 +195,7 @@ def _judge(
         clip_noise_threshold=0.0,
         camera_profile=profile,
     )
-    floor = evidence_floor(context, profile, None, rules)
+    floor = evidence_floor(context, profile, None, rules, exceptions, at)
     if floor.level not in ALERT_LEVELS:
         return None
     return EvidenceAlert(

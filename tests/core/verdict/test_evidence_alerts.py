@@ -82,3 +82,51 @@ def test_untracked_detections_share_one_key_per_camera_and_cooldown_slot():
         f"back:-:{int(DAY.timestamp() // 600)}",
         f"back:-:{int(DAY.timestamp() // 600) + 1}",
     }
+
+
+def test_household_exceptions_lift_presence_alerts_only():
+    """An exception (the household marked a stranger on the lawn at 02-04h harmless) stops that presence alert; a
+    forcing act in the same pattern still alerts, and a person at the entry zone at night is never lifted."""
+    from hsi_dagster.core.verdict.exceptions import HouseholdException, Pattern
+
+    garden = CameraProfile(
+        camera_id="back",
+        timezone="Europe/Paris",
+        zones=["patio", "lawn", "street"],
+        entry_zones=["patio"],
+        private_zones=["lawn"],
+    )
+
+    def exception(zone: str) -> HouseholdException:
+        pattern = Pattern("back", ("person",), (zone,), 2)
+        return HouseholdException(
+            pattern, 3, NIGHT - timedelta(days=3), NIGHT - timedelta(days=1), NIGHT + timedelta(days=29)
+        )
+
+    def judged(detections, *exceptions):
+        ids = [d["detection_id"] for d in detections]
+        return evidence_alerts(
+            detections,
+            ids,
+            {"back": garden},
+            cooldown_seconds=COOLDOWN,
+            exceptions={"back": list(exceptions)},
+            at=NIGHT,
+        )
+
+    on_lawn = frames(NIGHT, "t1", zone="lawn")
+    (alone,) = judged(on_lawn)
+    assert alone.risk_level == "high" and alone.reasons[0].startswith("person at night")
+    assert judged(on_lawn, exception("lawn")) == []
+    assert [a.risk_level for a in judged(on_lawn, exception("street"))] == ["high"]  # another pattern: no lift
+
+    prying = frames(NIGHT, "t2", zone="lawn", action={"label": "prying", "score": 0.9})
+    (forcing,) = judged(prying, exception("lawn"))
+    assert forcing.risk_level == "high" and forcing.risk_score == 75 and forcing.reasons[0].startswith("forcing")
+    assert any("lifted: the household marked 3 similar events harmless" in r for r in forcing.reasons)
+    knife = frames(NIGHT, "t3", zone="lawn") + frames(NIGHT + timedelta(seconds=1), "k3", label="knife", n=2)
+    assert [a.risk_level for a in judged(knife, exception("lawn"))] == ["critical"]
+
+    at_the_door = frames(NIGHT, "t4", zone="patio")
+    (door,) = judged(at_the_door, exception("patio"))
+    assert door.risk_level == "high" and any("not applied" in r for r in door.reasons)
