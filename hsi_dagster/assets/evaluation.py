@@ -163,7 +163,8 @@ def household_replay(
 
 def household_metadata(run: HouseholdRun) -> dict[str, object]:
     """The replay's figures and those of the stored verdicts (`household.stored`, `household.stored-floor`), and on
-    how many batches the replayed floor is the stored one (all of them with an unchanged configuration)."""
+    how many batches the replayed floor is the stored one (all of them with an unchanged configuration); with a
+    server, the trust that applied and whether the corrected batches measured one (evaluation/trust.py)."""
     metadata: dict[str, object] = {"model": run.model, "replayed_floor_equals_stored": run.faithful}
     for figures_name, figures in run.figures.items():
         metadata[f"{figures_name}: level_accuracy"] = _metadata_value(figures.level_accuracy)
@@ -171,6 +172,9 @@ def household_metadata(run: HouseholdRun) -> dict[str, object]:
         metadata[f"{figures_name}: false_alarm_rate"] = _metadata_value(figures.false_alarm_rate)
         metadata[f"{figures_name}: schema_valid_rate"] = _metadata_value(figures.schema_valid_rate)
     metadata["differs"] = dg.MetadataValue.md("\n".join(f"- {line}" for line in run.differs) or "none")
+    if run.trust is not None:  # with a server: the trust that applied and the household's own measurement
+        metadata["trust_applied"] = f"{run.trust.applied.value} ({run.trust.applied.reason})"
+        metadata["household_trust"] = run.trust.note
     return metadata
 
 

@@ -96,25 +96,26 @@ def test_no_database_or_no_corrections(
     assert "no corrected batch" in capsys.readouterr().out
 
 
+@pytest.mark.timeout(1500)  # one completion, which a busy 2-core machine can take minutes over
 def test_a_model_pass_replays_with_productions_trust_and_says_the_household_is_too_small_to_measure_one(
     llama_server: RunningLlama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`hsi eval --household --endpoint URL` against the real embedded server: every corrected batch through the
     prompt and the model, stored with the trust production applies (the shipped measurement of SmolLM2: 0), and the
-    household's own trust sweep NOT stored with two corrections, saying how many it needs."""
+    household's own trust sweep NOT stored with one correction, saying how many it needs."""
     for name in HsiSettings.model_fields:
         monkeypatch.delenv(name, raising=False)
     db = tmp_path / "hsi.duckdb"
     monkeypatch.setenv("HSI_ENV_FILE", os.devnull)
     monkeypatch.setenv("HSI_DUCKDB_PATH", str(db))
-    judge_and_correct(db, "car-0", NIGHT, "low")
     judge_and_correct(db, "man-night", NIGHT + timedelta(minutes=5), "high", label="person", zone="door")
     assert main(["eval", "--household", "--endpoint", llama_server.url]) == 0
     out = capsys.readouterr().out
     assert "household.model:" in out and "household.with-floor:" in out
     assert "trust applied: 0 (measured trust 0 (shipped" in out
     assert (
-        "household trust: not stored (the labeled set's measurement stands): 2 corrected batches (1 harmless, 1 " in out
+        "household trust: not stored (the labeled set's measurement stands): 1 corrected batches (0 harmless, 1 high "
+        in out
     )
     with connect(db, read_only=True) as conn:
         assert conn.execute("SELECT count(*) FROM household_trust").fetchone() == (0,)
