@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from hsi_dagster.assets.visits import link_evidence_alert, named_visit
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert, evidence_alerts
@@ -25,6 +26,7 @@ from hsi_dagster.storage.evidence_alerts import (
 EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arrived this recently (keys dedupe)
 EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
 EVIDENCE_PENDING_RETRY_AFTER = timedelta(seconds=30)  # a claimed alert whose tick died before posting it
+VISIT_ALREADY_ALERTED = "visit already alerted"
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 
@@ -74,7 +76,9 @@ def claim_evidence_alerts(
     """The alert before the LLM (core/verdict/evidence_alerts.py), first half: detections ingested in the last minute
     (any path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
     track + cooldown slot, before any post, so a pass that runs again sends nothing twice. Returns what to post:
-    the alerts this call stored, and claims whose tick died before their post."""
+    the alerts this call stored, and claims whose tick died before their post. Each alert's detections are linked
+    into the site's visit first (assets/visits.py `link_evidence_alert`): the alert names its visit, and one the
+    visit already raised at this level or above is stored with status 'visit already alerted: <id>', not posted."""
     now = now or datetime.now(UTC)
     with duckdb.get_connection() as conn:
         rows, new_ids = evidence_candidates(conn, now - EVIDENCE_INGESTED_WITHIN, now - EVIDENCE_SEEN_WITHIN)
@@ -85,8 +89,16 @@ def claim_evidence_alerts(
             cooldown_seconds=settings.ALERT_COOLDOWN_SECONDS,
             rules=EvidenceRules.from_settings(settings),
         )
-        claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
-        claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)
+        claimed = []
+        for decision in decided:
+            alert, already = link_evidence_alert(conn, decision, settings, profiles)
+            if not claim_evidence_alert(conn, alert, now):
+                continue
+            if already is not None:  # one alert per visit and level: stored (MQTT shows it), not posted again
+                set_webhook_status(conn, alert.alert_key, f"{VISIT_ALREADY_ALERTED}: {already}")
+                continue
+            claimed.append(alert)
+        claimed += [named_visit(conn, a) for a in pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)]
     return claimed
 
 
