@@ -16,9 +16,12 @@ import dagster as dg
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import approach_relations
+from hsi_dagster.core.context.patterns import batch_pattern
 from hsi_dagster.core.verdict.alerts import VisitRef, already_alerted
+from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert
-from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW
+from hsi_dagster.core.verdict.exceptions import ExceptionPolicy, exception_for
+from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW, NIGHTS_WINDOW, repeat_nights
 from hsi_dagster.core.visits.adjacency import Adjacency
 from hsi_dagster.core.visits.facts import visit_facts
 from hsi_dagster.core.visits.linking import EVIDENCE_PREFIX, Visit, VisitRules
@@ -26,6 +29,7 @@ from hsi_dagster.core.visits.sighting import Sighting
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.steps import sighting_for, visit_level_for
 from hsi_dagster.storage.evidence_alerts import alerts_for_batch
+from hsi_dagster.storage.exceptions import exceptions_in_force
 from hsi_dagster.storage.frigate_config import load_camera_groups
 from hsi_dagster.storage.visits import (
     link_batch,
@@ -34,6 +38,7 @@ from hsi_dagster.storage.visits import (
     visit_links,
     visit_of_batch,
     visits_before,
+    visits_sharing_names,
 )
 
 
@@ -45,14 +50,41 @@ def visit_rules_for(settings: HsiSettings, profiles: Mapping[str, CameraProfile]
     return VisitRules.from_settings(settings, adjacency=adjacency)
 
 
+def other_nights(conn, visit: Visit, settings: HsiSettings, enriched: EnrichedContext | None, now: datetime) -> list:
+    """The week's visits sharing a plate or name with this one (storage/visits.py `visits_sharing_names`), or []
+    when the repeat-nights rule would not fire or a household exception is in force for the batch's pattern (the
+    corrections' own matching: core/verdict/exceptions.py `exception_for`; an evidence alert, with no batch
+    context, leaves the rule to its batch)."""
+    if enriched is None:
+        return []
+    names = sorted(visit.names - visit.known_identities)
+    others = visits_sharing_names(conn, visit, names, NIGHTS_WINDOW)
+    rules = EvidenceRules.from_settings(settings)
+    if repeat_nights(visit_facts(visit), [visit_facts(o) for o in others], rules) is None:
+        return []
+    camera = enriched.batch.camera_id
+    exceptions = exceptions_in_force(conn, camera, rules, ExceptionPolicy.from_settings(settings), now)
+    return [] if exception_for(exceptions, batch_pattern(enriched), now) is not None else others
+
+
 def _link(
-    conn, sighting: Sighting, settings: HsiSettings, rules: VisitRules, replaces: tuple[str, ...] = ()
+    conn,
+    sighting: Sighting,
+    settings: HsiSettings,
+    rules: VisitRules,
+    replaces: tuple[str, ...] = (),
+    enriched: EnrichedContext | None = None,
 ) -> tuple[Visit, str]:
     """Link the sighting (nothing twice: keyed by its id) and raise the visit's level to what its facts now justify;
     (the visit as stored, why it was linked there)."""
     now = datetime.now(UTC)
     visit, _, why = link_batch(conn, sighting, rules, now, replaces=replaces)
-    level = visit_level_for(visit, settings, visits_before(conn, visit, EARLIER_WINDOW))
+    level = visit_level_for(
+        visit,
+        settings,
+        visits_before(conn, visit, EARLIER_WINDOW),
+        other_nights=other_nights(conn, visit, settings, enriched, now),
+    )
     if level.score > 0:
         record_visit_level(conn, visit.visit_id, level.score, level.level, level.reasons, now)
     stored = visit_of_batch(conn, sighting.batch_id)
@@ -76,7 +108,7 @@ def link_into_visit(
         return None, "no person or vehicle: no visit"
     batch_id = enriched.batch.batch_id
     replaces = tuple(EVIDENCE_PREFIX + alert["alert_key"] for alert in alerts_for_batch(conn, batch_id))
-    return _link(conn, sighting, settings, visit_rules_for(settings, profiles), replaces)
+    return _link(conn, sighting, settings, visit_rules_for(settings, profiles), replaces, enriched)
 
 
 def visit_ref(visit: Visit) -> VisitRef:

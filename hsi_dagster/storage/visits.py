@@ -176,3 +176,19 @@ def visit_alerts(conn: duckdb.DuckDBPyConnection, visit_id: str) -> list[tuple[s
 def evidence_alerts_of_visit(conn: duckdb.DuckDBPyConnection, visit_id: str) -> list[tuple[str, str]]:
     """(alert id, level) of the visit's evidence-only alerts."""
     return [(alert_id, level) for alert_id, level in visit_alerts(conn, visit_id) if alert_id.startswith("evidence:")]
+
+
+def visits_sharing_names(
+    conn: duckdb.DuckDBPyConnection, visit: Visit, names: Sequence[str], window: timedelta, limit: int = 20
+) -> list[Visit]:
+    """The site's visits that began within `window` before this one and share one of `names` (plates as
+    "plate:X", re-identified names; the `identities` column), oldest first, at most `limit`: the evidence of
+    "third night this week". A range read on `visits` (not `detections`), bounded in time and number."""
+    if not names:
+        return []
+    rows = conn.execute(
+        f"SELECT {_VISIT_COLUMNS} FROM visits WHERE visit_id <> ? AND first_ts >= ? AND first_ts < ?"
+        " AND list_has_any(identities, ?::VARCHAR[]) ORDER BY first_ts LIMIT ?",
+        [visit.visit_id, visit.first_ts - window, visit.first_ts, list(names), limit],
+    ).fetchall()
+    return [_visit(row) for row in rows]
