@@ -192,3 +192,33 @@ def visits_sharing_names(
         [visit.visit_id, visit.first_ts - window, visit.first_ts, list(names), limit],
     ).fetchall()
     return [_visit(row) for row in rows]
+
+
+def prune_visits(
+    conn: duckdb.DuckDBPyConnection, pruned_batch_ids: Collection[str], evidence_before: datetime
+) -> tuple[int, int]:
+    """Retention, with the batches' (jobs.py `prune_visits`), in one transaction: the links of `pruned_batch_ids`
+    go; an evidence-only alert's link linked before `evidence_before` goes once its visit holds no batch link any
+    more; a visit left with no link goes. A batch kept past retention (corrected by the household) keeps its link,
+    and its visit stays whole. Returns (links deleted, visits deleted)."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        links = conn.execute(
+            "DELETE FROM visit_batches WHERE batch_id IN (SELECT unnest(?::VARCHAR[])) RETURNING 1",
+            [sorted(pruned_batch_ids)],
+        ).fetchall()
+        evidence = conn.execute(
+            "DELETE FROM visit_batches e WHERE e.batch_id LIKE 'evidence:%' AND e.linked_at < ? AND NOT EXISTS"
+            " (SELECT 1 FROM visit_batches b WHERE b.visit_id = e.visit_id AND b.batch_id NOT LIKE 'evidence:%')"
+            " RETURNING 1",
+            [evidence_before],
+        ).fetchall()
+        visits = conn.execute(
+            "DELETE FROM visits v WHERE NOT EXISTS (SELECT 1 FROM visit_batches b WHERE b.visit_id = v.visit_id)"
+            " RETURNING 1"
+        ).fetchall()
+        conn.execute("COMMIT")
+    except Exception:
+        conn.execute("ROLLBACK")
+        raise
+    return len(links) + len(evidence), len(visits)
