@@ -186,10 +186,16 @@ def visits_sharing_names(
     "third night this week". A range read on `visits` (not `detections`), bounded in time and number."""
     if not names:
         return []
-    rows = conn.execute(
-        f"SELECT {_VISIT_COLUMNS} FROM visits WHERE visit_id <> ? AND first_ts >= ? AND first_ts < ?"
+    ids = conn.execute(  # the narrow columns first: reading a week of `sightings` JSON cost 20 ms, the ids 1 ms
+        "SELECT visit_id FROM visits WHERE visit_id <> ? AND first_ts >= ? AND first_ts < ? AND len(identities) > 0"
         " AND list_has_any(identities, ?::VARCHAR[]) ORDER BY first_ts LIMIT ?",
         [visit.visit_id, visit.first_ts - window, visit.first_ts, list(names), limit],
+    ).fetchall()
+    if not ids:
+        return []
+    rows = conn.execute(
+        f"SELECT {_VISIT_COLUMNS} FROM visits WHERE visit_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY first_ts",
+        [[row[0] for row in ids]],
     ).fetchall()
     return [_visit(row) for row in rows]
 
