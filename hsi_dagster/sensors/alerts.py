@@ -2,6 +2,7 @@
 and the evidence-only pass (`alert_on_evidence`), the alert before the LLM, which inbox_sensor's tick runs after
 each load and evidence_watch_sensor between those ticks (and after each database write when there is no inbox)."""
 
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arr
 EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
 EVIDENCE_PENDING_RETRY_AFTER = timedelta(seconds=30)  # a claimed alert whose tick died before posting it
 VISIT_ALREADY_ALERTED = "visit already alerted"
+LOG = logging.getLogger(__name__)
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 
@@ -91,7 +93,11 @@ def claim_evidence_alerts(
         )
         claimed = []
         for decision in decided:
-            alert, already = link_evidence_alert(conn, decision, settings, profiles)
+            try:
+                alert, already = link_evidence_alert(conn, decision, settings, profiles)
+            except Exception as exc:  # noqa: BLE001 - the alert goes out without its visit; the batch links later
+                LOG.warning(f"evidence-only alert {decision.alert_key}: not linked into a visit: {exc!r}")
+                alert, already = decision, None
             if not claim_evidence_alert(conn, alert, now):
                 continue
             if already is not None:  # one alert per visit and level: stored (MQTT shows it), not posted again

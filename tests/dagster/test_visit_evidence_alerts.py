@@ -148,3 +148,21 @@ def test_a_visit_already_high_is_named_by_the_evidence_alert_and_alerts_once_per
     assert rows[0] == ("garage", "sent")
     assert rows[1][0] == "driveway" and rows[1][1] == f"visit already alerted: {body['alert_id']}"
     assert linked == (1,)
+
+
+def test_an_evidence_alert_whose_visit_cannot_be_linked_still_goes_out(tmp_path, webhook, caplog):
+    """Fault injection on the real database: the visit tables renamed away, the alert is posted without a visit and
+    the failure is logged naming the alert."""
+    db, res = setup(tmp_path, webhook)
+    with connect(db) as conn:
+        conn.execute("DROP INDEX visit_batches_visit")
+        conn.execute("ALTER TABLE visit_batches RENAME TO visit_batches_gone")
+    (tmp_path / "inbox" / "knife.jsonl").write_text(knife_at_the_door(datetime.now(UTC) - timedelta(seconds=3)))
+    with dg.instance_for_test() as instance:
+        sensor_tick(inbox_sensor, instance, res, None)
+    [post] = webhook.posts
+    assert post["json"]["risk_level"] == "critical" and "visit" not in post["json"]
+    assert any(
+        "not linked into a visit" in r.getMessage() and post["json"]["alert_id"][9:] in r.getMessage()
+        for r in caplog.records
+    )
