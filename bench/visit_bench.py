@@ -196,7 +196,7 @@ def main() -> None:
             print(f"  {key:8} {stats(values)}")
         with connect(db, read_only=True) as conn:
             joined = conn.execute(
-                "SELECT count(*) FILTER (WHERE why LIKE 'within%' OR why LIKE 'same%'), count(*) FROM visit_batches"
+                "SELECT count(*) FILTER (WHERE why NOT LIKE 'new visit%'), count(*) FROM visit_batches"
                 " WHERE why <> 'bench'"
             ).fetchone()
         assert joined is not None
