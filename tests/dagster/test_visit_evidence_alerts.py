@@ -135,7 +135,8 @@ def test_a_visit_already_high_is_named_by_the_evidence_alert_and_alerts_once_per
         assert body["risk_level"] == "critical" and body["visit"]["visit_id"] == visit_id
         assert body["visit"]["cameras"] == ["front_door", "driveway", "side_gate", "garage"]
         assert body["visit"]["level"] == "high"
-        assert any("fourth camera" in reason or "third camera" in reason for reason in body["reasons"])
+        assert body["reasons"][0].startswith("weapon")  # the alert's own reason first, then the visit's
+        assert any(r.startswith(f"visit {visit_id}: third camera in") for r in body["reasons"][1:])
         # a second knife on another camera of the same visit: critical again, stored, not posted
         (tmp_path / "inbox" / "knife2.jsonl").write_text(
             knife_at_the_door(datetime.now(UTC) - timedelta(seconds=1), prefix="x").replace('"garage"', '"driveway"')
