@@ -4,7 +4,7 @@ receiver: the alert is sent by inbox_sensor's tick (sensors/alerts.py), the batc
 high_risk_alert_sensor decides it.
 
 - An evidence alert and the later batch of the same detections are one visit (the batch takes the alert's sighting)
-  and one alert: the batch's critical verdict sends nothing new.
+  and one alert: the batch's critical verdict sends nothing new (no webhook post, no second MQTT event).
 - A visit that reached high through earlier batches makes the evidence alert name it; a second evidence alert of the
   same visit at the same level is stored, not posted (one alert per visit and level).
 """
@@ -21,10 +21,12 @@ import pytest
 from hsi_dagster.assets.assessments import batch_floor
 from hsi_dagster.assets.batches import detection_batches
 from hsi_dagster.assets.contexts import enriched_contexts
+from hsi_dagster.core.outbound.mqtt_messages import Topics, plan_camera
 from hsi_dagster.core.verdict.final import final_verdict
 from hsi_dagster.sensors import batch_window_sensor, inbox_sensor
 from hsi_dagster.storage.alerts import risk_alert_for
 from hsi_dagster.storage.db import connect
+from hsi_dagster.storage.mqtt_outbox import unpublished_verdicts
 from hsi_dagster.storage.pipeline_tables import save_assessment
 from tests.dagster.test_alert_webhook import Webhook
 from tests.dagster.test_evidence_alerts import knife_at_the_door
@@ -108,7 +110,12 @@ def test_an_evidence_alert_and_the_later_batch_of_its_detections_are_one_visit_a
     with connect(db) as conn:
         assert conn.execute("SELECT risk_level FROM risk_assessments").fetchone() == ("critical",)
         assert risk_alert_for(conn, batch_id) is None  # the evidence alert said critical already
+        [verdict] = unpublished_verdicts(conn, datetime.now(UTC) - timedelta(hours=1), 10)
     assert len(webhook.posts) == 1
+    # MQTT: the verdict updates the retained state, and is no second event (the evidence event was the one)
+    assert verdict.evidence_level == "critical" and verdict.said_by_evidence
+    [unit] = plan_camera("garage", [verdict], [], None, Topics("hsi", "homeassistant"))
+    assert unit.sent == "state" and [m.topic for m in unit.messages] == ["hsi/garage/state"]
 
 
 def test_a_visit_already_high_is_named_by_the_evidence_alert_and_alerts_once_per_level(tmp_path, webhook):
