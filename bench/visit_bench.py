@@ -6,9 +6,12 @@ per camera-minute), as bench/history_bench.py builds them, and one stored visit 
 batches as sightings, up to 40: VISIT_MAX_BATCHES) except for `--batches` batches with a person, sampled from the
 last day, which are then linked one after another in time order on one connection:
   sighting  steps.sighting_for: the batch's sighting from its enriched context (built before, untimed)
-  link      storage.visits.link_batch: the candidate visits (a range read on `visits`), the choice, the writes
-  level     storage.visits.visits_before (the night's earlier visits) + steps.visit_level_for (the facts and
-            rules of the visit and of those) + storage.visits.record_visit_level
+  link      storage.evidence_alerts.alerts_for_batch (the evidence-only alerts it replaces) +
+            storage.visits.link_batch: the candidate visits (a range read on `visits`, within the neighbour reach:
+            the 8 cameras in a ring of neighbours), the choice, the writes
+  level     storage.visits.visits_before (the night's earlier visits) + storage.visits.visits_sharing_names (the
+            week's visits sharing a plate: one plate asked for every batch, the read repeat nights makes) +
+            steps.visit_level_for (the facts and rules of the visit and of those) + storage.visits.record_visit_level
   floor     storage.visits.visit_of_batch + steps.floor_with_visit (what risk_assessments adds to the floor)
   total     the four together
 and then each is linked a second time (a retry: nothing written). The night hours are set to 00-23 so that every
@@ -34,13 +37,21 @@ sys.path.insert(0, str(ROOT))
 
 from hsi_dagster.core.context.enrichment import build_context  # noqa: E402
 from hsi_dagster.core.verdict.evidence import Floor  # noqa: E402
-from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW  # noqa: E402
-from hsi_dagster.core.visits.linking import VisitRules  # noqa: E402
+from hsi_dagster.core.verdict.visit_rules import EARLIER_WINDOW, NIGHTS_WINDOW  # noqa: E402
+from hsi_dagster.core.visits.adjacency import Adjacency  # noqa: E402
+from hsi_dagster.core.visits.linking import EVIDENCE_PREFIX, VisitRules  # noqa: E402
 from hsi_dagster.settings import load_settings  # noqa: E402
 from hsi_dagster.steps import floor_with_visit, sighting_for, visit_level_for  # noqa: E402
 from hsi_dagster.storage.batches import load_batch  # noqa: E402
 from hsi_dagster.storage.db import connect  # noqa: E402
-from hsi_dagster.storage.visits import link_batch, record_visit_level, visit_of_batch, visits_before  # noqa: E402
+from hsi_dagster.storage.evidence_alerts import alerts_for_batch  # noqa: E402
+from hsi_dagster.storage.visits import (  # noqa: E402
+    link_batch,
+    record_visit_level,
+    visit_of_batch,
+    visits_before,
+    visits_sharing_names,
+)
 
 CAMERAS = 8
 DAYS = 30
@@ -119,7 +130,8 @@ def stats(values: list[float]) -> str:
 def per_batch(db: Path, batch_ids: list[str]) -> dict[str, list[float]]:
     # every hour a night hour: each batch takes the worst path (the night's earlier visits read, the rules fire)
     settings = load_settings(os.devnull, EVIDENCE_NIGHT_START_HOUR="0", EVIDENCE_NIGHT_END_HOUR="23")
-    rules = VisitRules.from_settings(settings)
+    ring = {f"cam{i}": [f"cam{(i - 1) % CAMERAS}"] for i in range(CAMERAS)}
+    rules = VisitRules.from_settings(settings, adjacency=Adjacency.of(ring))
     timings: dict[str, list[float]] = {"sighting": [], "link": [], "level": [], "floor": [], "total": [], "retry": []}
     with connect(db) as conn:
         contexts = []
@@ -132,9 +144,11 @@ def per_batch(db: Path, batch_ids: list[str]) -> dict[str, list[float]]:
             t_sighting = time.perf_counter()
             if sighting is None:
                 continue
-            visit, _, _ = link_batch(conn, sighting, rules, datetime.now(UTC))
+            replaces = [EVIDENCE_PREFIX + a["alert_key"] for a in alerts_for_batch(conn, context.batch.batch_id)]
+            visit, _, _ = link_batch(conn, sighting, rules, datetime.now(UTC), replaces=replaces)
             t_link = time.perf_counter()
-            level = visit_level_for(visit, settings, visits_before(conn, visit, EARLIER_WINDOW))
+            others = visits_sharing_names(conn, visit, ["plate:AB12CDE"], NIGHTS_WINDOW)
+            level = visit_level_for(visit, settings, visits_before(conn, visit, EARLIER_WINDOW), other_nights=others)
             record_visit_level(conn, visit.visit_id, level.score, level.level, level.reasons, datetime.now(UTC))
             t_level = time.perf_counter()
             floor_with_visit(Floor(0, "low", (), ()), visit_of_batch(conn, context.batch.batch_id))
@@ -182,7 +196,7 @@ def main() -> None:
             print(f"  {key:8} {stats(values)}")
         with connect(db, read_only=True) as conn:
             joined = conn.execute(
-                "SELECT count(*) FILTER (WHERE why LIKE 'within%' OR why LIKE 'same%'), count(*) FROM visit_batches"
+                "SELECT count(*) FILTER (WHERE why NOT LIKE 'new visit%'), count(*) FROM visit_batches"
                 " WHERE why <> 'bench'"
             ).fetchone()
         assert joined is not None

@@ -20,6 +20,7 @@ from hsi_dagster.storage.batches import batch_ids_closed_before
 from hsi_dagster.storage.corrections import correct, corrected_batch_ids, record_refusal
 from hsi_dagster.storage.db import DatabaseNotFound
 from hsi_dagster.storage.history import prune_activity
+from hsi_dagster.storage.visits import prune_visits as prune_visit_links
 
 # One run per batch. Steps mostly wait on HTTP, so they run in the run's own process: a subprocess per step would
 # add seconds per batch (docs/dagster.md, "Executor").
@@ -80,9 +81,30 @@ def prune_camera_activity(
     return pruned
 
 
-@dg.job(description="Keep the number of batch partitions and the history aggregate bounded.")
+@dg.op(
+    description="Drop the visit links of the batches retention prunes (older than PARTITION_RETENTION_DAYS, not "
+    "corrected) and the visits left with none; a corrected batch keeps its visit."
+)
+def prune_visits(
+    context: dg.OpExecutionContext, duckdb: HsiDuckDBResource, pipeline_settings: PipelineSettingsResource
+) -> int:
+    cutoff = datetime.now(UTC) - timedelta(days=pipeline_settings.get().PARTITION_RETENTION_DAYS)
+    try:
+        with duckdb.get_connection() as conn:
+            old = batch_ids_closed_before(conn, cutoff)
+            pruned = old - corrected_batch_ids(conn, old)
+            links, visits = prune_visit_links(conn, pruned, cutoff)
+    except DatabaseNotFound as exc:
+        context.log.info(f"nothing to prune: {exc}")
+        return 0
+    context.log.info(f"dropped {links} visit links and {visits} visits of batches closed before {cutoff.isoformat()}")
+    return visits
+
+
+@dg.job(description="Keep the number of batch partitions, the visits and the history aggregate bounded.")
 def partition_retention_job():
     prune_batch_partitions()
+    prune_visits()
     prune_camera_activity()
 
 

@@ -152,11 +152,16 @@ def sighting_for(context: EnrichedContext, profile: CameraProfile | None, settin
     return sighting_of(context, profile, known_plates=rules.known_plates, min_confidence=rules.presence_min_confidence)
 
 
-def visit_level_for(visit: Visit, settings: HsiSettings, earlier: Sequence[Visit] = ()) -> VisitLevel:
-    """The visit's own floor (core/verdict/visit_rules.py) with the settings' night hours, and the site's earlier
-    visits of the night (`earlier`)."""
+def visit_level_for(
+    visit: Visit, settings: HsiSettings, earlier: Sequence[Visit] = (), *, other_nights: Sequence[Visit] = ()
+) -> VisitLevel:
+    """The visit's own floor (core/verdict/visit_rules.py) with the settings' night hours, the site's earlier
+    visits of the night (`earlier`) and the visits of the week sharing a plate or name (`other_nights`)."""
     return visit_level(
-        visit_facts(visit), EvidenceRules.from_settings(settings), [visit_facts(other) for other in earlier]
+        visit_facts(visit),
+        EvidenceRules.from_settings(settings),
+        [visit_facts(other) for other in earlier],
+        other_nights=[visit_facts(other) for other in other_nights],
     )
 
 

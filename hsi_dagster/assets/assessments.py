@@ -20,7 +20,7 @@ from hsi_dagster.assets.checks import (
 )
 from hsi_dagster.assets.prompts import budgeted_prompts
 from hsi_dagster.assets.run_config import AssessmentRunConfig
-from hsi_dagster.assets.visits import visit_metadata
+from hsi_dagster.assets.visits import stored_visit_metadata
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.prompt.messages import schema_of_messages
 from hsi_dagster.core.prompt.risk_schema import PLAIN
@@ -174,7 +174,7 @@ def risk_assessments(
             conn, batch_id, camera_id, settings, pipeline_settings.camera_profiles()
         )
         quality_level = EnrichedContext.from_json(load_context_json(conn, batch_id)).quality_level
-        visit = visit_of_batch(conn, batch_id)
+        visit_columns = stored_visit_metadata(conn, visit_of_batch(conn, batch_id))
     calls = outcome.replies
     trust = answering_trust(llm, duckdb, calls[-1].server_url, schema, quality_level, settings.MODEL_TRUST)
     fields, verdict = verdict_for(outcome, floor, trust)
@@ -221,7 +221,7 @@ def risk_assessments(
             "max_output_tokens": max_output_tokens,
             "assessment_schema": schema,
             **verdict_metadata(verdict, floor.ignored),
-            **visit_metadata(visit),
+            **visit_columns,
         },
         check_results=[
             stored_assessment_valid(stored),

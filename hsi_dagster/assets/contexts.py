@@ -7,7 +7,7 @@ import dagster as dg
 
 from hsi_dagster.assets.baselines import batch_history, camera_baselines, history_metadata
 from hsi_dagster.assets.batches import detection_batches
-from hsi_dagster.assets.visits import link_into_visit, visit_metadata
+from hsi_dagster.assets.visits import link_into_visit, stored_visit_metadata
 from hsi_dagster.core.context.history import HistoryRules
 from hsi_dagster.core.context.sections import QUALITY_LEVEL_TYPES
 from hsi_dagster.partitions import batch_partitions
@@ -68,7 +68,8 @@ def enriched_contexts(
             settings.ENRICHMENT_QUALITY_LEVEL,
             list(fetched.missing_types),
         )
-        visit, why = link_into_visit(conn, enriched, profiles.get(batch["camera_id"]), settings)
+        visit, why = link_into_visit(conn, enriched, profiles.get(batch["camera_id"]), settings, profiles=profiles)
+        visit_columns = stored_visit_metadata(conn, visit, why)
     return dg.MaterializeResult(
         metadata={
             "camera_id": batch["camera_id"],
@@ -80,6 +81,6 @@ def enriched_contexts(
             "frigate_reviews": len(enriched.reviews),
             "household_examples": len(enriched.household_examples),
             **history_metadata(history),
-            **visit_metadata(visit, why),
+            **visit_columns,
         }
     )

@@ -2,12 +2,14 @@
 and the evidence-only pass (`alert_on_evidence`), the alert before the LLM, which inbox_sensor's tick runs after
 each load and evidence_watch_sensor between those ticks (and after each database write when there is no inbox)."""
 
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
 
+from hsi_dagster.assets.visits import link_evidence_alert, named_visit
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.verdict.evidence import EvidenceRules
 from hsi_dagster.core.verdict.evidence_alerts import EvidenceAlert, evidence_alerts
@@ -27,6 +29,8 @@ from hsi_dagster.storage.exceptions import exceptions_in_force
 EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arrived this recently (keys dedupe)
 EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
 EVIDENCE_PENDING_RETRY_AFTER = timedelta(seconds=30)  # a claimed alert whose tick died before posting it
+VISIT_ALREADY_ALERTED = "visit already alerted"
+LOG = logging.getLogger(__name__)
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
 
@@ -77,7 +81,9 @@ def claim_evidence_alerts(
     (any path: inbox, `hsi ingest`, Frigate) whose evidence alone is high or critical are stored once per camera +
     track + cooldown slot, before any post, so a pass that runs again sends nothing twice. Returns what to post:
     the alerts this call stored, and claims whose tick died before their post. The household exceptions in force
-    lift presence rules only, as for the batch's floor (core/verdict/evidence_alerts.py)."""
+    lift presence rules only, as for the batch's floor (core/verdict/evidence_alerts.py). Each alert's detections are
+    linked into the site's visit first (assets/visits.py `link_evidence_alert`): the alert names its visit, and one
+    the visit already raised at this level or above is stored with status 'visit already alerted: <id>', not posted."""
     now = now or datetime.now(UTC)
     rules, policy = EvidenceRules.from_settings(settings), ExceptionPolicy.from_settings(settings)
     with duckdb.get_connection() as conn:
@@ -93,8 +99,20 @@ def claim_evidence_alerts(
             exceptions=exceptions,
             at=now,
         )
-        claimed = [alert for alert in decided if claim_evidence_alert(conn, alert, now)]
-        claimed += pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)
+        claimed = []
+        for decision in decided:
+            try:
+                alert, already = link_evidence_alert(conn, decision, settings, profiles)
+            except Exception as exc:  # noqa: BLE001 - the alert goes out without its visit; the batch links later
+                LOG.warning(f"evidence-only alert {decision.alert_key}: not linked into a visit: {exc!r}")
+                alert, already = decision, None
+            if not claim_evidence_alert(conn, alert, now):
+                continue
+            if already is not None:  # one alert per visit and level: stored (MQTT shows it), not posted again
+                set_webhook_status(conn, alert.alert_key, f"{VISIT_ALREADY_ALERTED}: {already}")
+                continue
+            claimed.append(alert)
+        claimed += [named_visit(conn, a) for a in pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)]
     return claimed
 
 

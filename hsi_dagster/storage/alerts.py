@@ -16,11 +16,14 @@ from hsi_dagster.core.verdict.alerts import (
     prompt_too_large_alert,
     risk_alert,
 )
+from hsi_dagster.storage.evidence_alerts import alerts_for_batch
+from hsi_dagster.storage.visits import evidence_alerts_of_visit
 
 
 def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:
     """The alert the batch's verdict calls for, if any: a valid assessment (`ok`), or the evidence floor's verdict
-    when the model gave no usable output (`floor_only`, core/verdict/final.py)."""
+    when the model gave no usable output (`floor_only`, core/verdict/final.py). Nothing when an evidence-only alert
+    already said this level or above for the batch's detections or its visit (one alert per level)."""
     row = conn.execute(
         "SELECT r.camera_id, r.risk_level, r.risk_score, r.summary, v.visit_id, v.cameras, v.risk_level, v.reasons"
         " FROM risk_assessments r LEFT JOIN visit_batches vb ON vb.batch_id = r.batch_id"
@@ -32,7 +35,10 @@ def risk_alert_for(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | No
         return None
     camera_id, level, score, summary, visit_id, cameras, visit_level, reasons = row
     visit = None if visit_id is None else VisitRef(visit_id, tuple(cameras), visit_level, reasons_from(reasons))
-    return risk_alert(batch_id, camera_id, level, score, summary, visit=visit)
+    alerted = [("evidence:" + alert["alert_key"], alert["risk_level"]) for alert in alerts_for_batch(conn, batch_id)]
+    if visit_id is not None:
+        alerted += evidence_alerts_of_visit(conn, visit_id)
+    return risk_alert(batch_id, camera_id, level, score, summary, visit=visit, alerted=alerted)
 
 
 def unassessed_fast_path_alert(conn: duckdb.DuckDBPyConnection, batch_id: str) -> Alert | None:

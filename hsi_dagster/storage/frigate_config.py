@@ -5,6 +5,7 @@ The structure is interpreted by `core.frigate.config.detect_resolutions`; this m
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from hsi_dagster.core.frigate.config import DetectResolutions, FrigateConfigError, detect_resolutions
+from hsi_dagster.core.frigate.config import DetectResolutions, FrigateConfigError, camera_groups, detect_resolutions
 
 
 def load_frigate_config(path: str | os.PathLike[str]) -> Any:
@@ -33,3 +34,20 @@ def load_frigate_config(path: str | os.PathLike[str]) -> Any:
 def load_detect_resolutions(path: str | os.PathLike[str]) -> DetectResolutions:
     """Detect resolutions per camera from a Frigate config file; FrigateConfigError names the file and the key."""
     return detect_resolutions(load_frigate_config(path), origin=str(Path(path)))
+
+
+def load_camera_groups(path: str | os.PathLike[str] | None) -> dict[str, tuple[str, ...]]:
+    """Frigate's camera groups from its config file; {} without a path or when the file cannot be read (the groups
+    only strengthen visit links: a missing file must not stop a batch)."""
+    if not path:
+        return {}
+    try:
+        return dict(_groups_of(str(path), Path(path).stat().st_mtime_ns))
+    except (OSError, FrigateConfigError):
+        return {}
+
+
+@functools.lru_cache(maxsize=4)
+def _groups_of(path: str, mtime_ns: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Parsed once per file version (each batch links a visit: YAML is not parsed per batch)."""
+    return tuple(camera_groups(load_frigate_config(path)).items())

@@ -116,9 +116,16 @@ def _verdicts(
     present = _columns(conn, "risk_assessments")
     columns = ("floor_score", "floor_reasons", "model_score", "model_level", "model_trust", "trust_reason")
     optional = ", ".join(f"r.{name}" if name in present else f"NULL AS {name}" for name in columns)
-    visit_columns, visit_join = "NULL, NULL, NULL", ""
+    visit_columns, visit_join = "NULL, NULL, NULL, NULL", ""
     if _columns(conn, "visit_batches"):  # migration 44; a read-only connection to an older file has none
-        visit_columns = "v.visit_id, v.cameras, v.risk_level AS visit_level"
+        # the highest evidence-only alert attached to the batch or linked into its visit (one event per level)
+        evidence = (
+            "(SELECT CASE max(CASE a.risk_level WHEN 'critical' THEN 2 WHEN 'high' THEN 1 ELSE 0 END)"
+            " WHEN 2 THEN 'critical' WHEN 1 THEN 'high' END FROM evidence_alerts a"
+            " WHERE a.batch_id = r.batch_id OR ('evidence:' || a.alert_key) IN"
+            " (SELECT e.batch_id FROM visit_batches e WHERE e.visit_id = vb.visit_id))"
+        )
+        visit_columns = f"v.visit_id, v.cameras, v.risk_level AS visit_level, {evidence} AS evidence_level"
         visit_join = "LEFT JOIN visit_batches vb ON vb.batch_id = r.batch_id LEFT JOIN visits v USING (visit_id)"
     rows = conn.execute(
         f"""SELECT r.batch_id, r.camera_id, r.risk_level, r.risk_score, r.summary, r.assessment, b.started_at,
@@ -153,6 +160,7 @@ def _verdicts(
                 visit_id=row[14],
                 visit_cameras=tuple(row[15] or ()),
                 visit_level=row[16],
+                evidence_level=row[17],
             )
         )
     return verdicts

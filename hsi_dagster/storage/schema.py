@@ -483,6 +483,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        4401,  # issue 44's second migration
+        "issue 44 (second): each visit link keeps its short reason (time, neighbour, camera group, plate, reid)",
+        # storage/visits.py: `link` is the reason a batch (or an evidence-only alert, `evidence:<key>`) joined its
+        # visit, shown in the visit's metadata; NULL on links made before this migration (their `why` says it).
+        added_columns("visit_batches", link="VARCHAR"),
+    ),
 ]
 
 LATEST_VERSION = max(version for version, _, _ in MIGRATIONS)  # numbers are assigned ahead

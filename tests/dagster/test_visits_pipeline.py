@@ -64,15 +64,17 @@ def look(
     ]
 
 
-def run(tmp_path, lines: list[str]) -> tuple[str, list[tuple[str, Any, dict]], dict]:
+def run(
+    tmp_path, lines: list[str], profiles_yaml: str = PROFILES, **settings_overrides: str
+) -> tuple[str, list[tuple[str, Any, dict]], dict]:
     """Each batch through detection_batches + enriched_contexts in time order, then its floor right after (as
     risk_assessments would judge it then) and its verdict stored as risk_assessments stores it, for a model that said
     10 with trust 0: [(batch_id, floor, enriched_contexts metadata)], and the resources."""
     db = str(tmp_path / "hsi.duckdb")
     profiles = tmp_path / "cameras.yaml"
-    profiles.write_text(PROFILES)
+    profiles.write_text(profiles_yaml)
     ingest_lines(db, lines)
-    res = resources(db, CAMERA_CONTEXT_PATH=str(profiles))
+    res = resources(db, CAMERA_CONTEXT_PATH=str(profiles), **settings_overrides)
     settings = res["pipeline_settings"].get()
     camera_profiles = res["pipeline_settings"].camera_profiles()
     out = []

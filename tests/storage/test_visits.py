@@ -14,6 +14,7 @@ from hsi_dagster.storage.visits import (
     visit_batch_ids,
     visit_of_batch,
     visits_before,
+    visits_sharing_names,
 )
 from tests.core.visits.helpers import LONDON_NIGHT, sighting
 
@@ -100,3 +101,22 @@ def test_the_visits_before_one_are_those_of_the_last_hours_with_a_stranger(tmp_p
         before = visits_before(conn, second, timedelta(hours=12))
     assert [v.visit_id for v in before] == [first.visit_id]  # not the resident's, not yesterday's
     assert old.visit_id not in {v.visit_id for v in before}
+
+
+def test_the_weeks_visits_sharing_a_plate_are_read_by_name_and_bounded(tmp_path):
+    rules = VisitRules()
+    plate = ("AB12CDE",)
+    looks = [
+        sighting("driveway", LONDON_NIGHT - timedelta(days=8), plates=plate, batch_id="too-old"),
+        sighting("driveway", LONDON_NIGHT - timedelta(days=3), plates=plate, batch_id="mon"),
+        sighting("driveway", LONDON_NIGHT - timedelta(days=2), plates=("ZZ99ZZZ",), batch_id="other-car"),
+        sighting("driveway", LONDON_NIGHT - timedelta(days=1), identities=("stranger-7",), batch_id="tue"),
+        sighting("driveway", LONDON_NIGHT, plates=plate, batch_id="now"),
+    ]
+    with connect(tmp_path / "hsi.duckdb") as conn:
+        linked = [link_batch(conn, look, rules, NOW)[0] for look in looks]
+        now = linked[-1]
+        found = visits_sharing_names(conn, now, ["plate:AB12CDE", "stranger-7"], timedelta(days=7))
+        assert [v.visit_id for v in found] == ["visit:mon", "visit:tue"]
+        assert visits_sharing_names(conn, now, ["plate:AB12CDE"], timedelta(days=7), limit=1)[0].visit_id == "visit:mon"
+        assert visits_sharing_names(conn, now, [], timedelta(days=7)) == []

@@ -53,3 +53,23 @@ def detect_resolutions(config: Any, origin: str = "Frigate config") -> DetectRes
         else:
             unknown.append(str(name))
     return DetectResolutions(found, tuple(unknown))
+
+
+def camera_groups(config: Any) -> dict[str, tuple[str, ...]]:
+    """Frigate's `camera_groups` (name -> `cameras`, a list or a comma-separated string) from a parsed config;
+    {} when there are none. Only cameras named under `cameras` count (Frigate also allows `birdseye`); a malformed
+    group is skipped, never fatal: the groups only strengthen visit links (core/visits/adjacency.py)."""
+    if not isinstance(config, dict) or not isinstance(config.get("camera_groups"), dict):
+        return {}
+    known = set(config["cameras"]) if isinstance(config.get("cameras"), dict) else None
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, group in config["camera_groups"].items():
+        members = group.get("cameras") if isinstance(group, dict) else None
+        if isinstance(members, str):
+            members = [part.strip() for part in members.split(",")]
+        if not isinstance(members, list):
+            continue
+        cameras = tuple(sorted({str(m) for m in members if isinstance(m, str) and m and (known is None or m in known)}))
+        if len(cameras) >= 2:
+            groups[str(name)] = cameras
+    return groups

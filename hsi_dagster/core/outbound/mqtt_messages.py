@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from hsi_dagster.core.prompt.risk_schema import RISK_LEVELS
+from hsi_dagster.core.verdict.alerts import already_alerted
 from hsi_dagster.core.verdict.trust import untrusted_note
 
 THREAT_LEVELS = frozenset({"high", "critical"})
@@ -182,10 +183,17 @@ class StoredVerdict:
     visit_id: str | None = None  # the visit across cameras the batch is part of (storage/visits.py)
     visit_cameras: tuple[str, ...] = ()
     visit_level: str | None = None  # the visit's own level
+    evidence_level: str | None = None  # the highest evidence-only alert of its detections or its visit
 
     @property
     def is_threat(self) -> bool:
         return self.risk_level in THREAT_LEVELS
+
+    @property
+    def said_by_evidence(self) -> bool:
+        """An evidence-only alert of the batch's detections or visit already was an event at this level or above:
+        one event per visit and level (the retained state still shows the verdict)."""
+        return already_alerted(self.risk_level, [("evidence", self.evidence_level or "")]) is not None
 
     @property
     def model_note(self) -> str | None:
@@ -441,7 +449,7 @@ def plan_camera(
             units.append(Unit(f"evidence:{item.alert_key}", camera_id, item.batch_id, "event", None, (event,)))
             continue
         messages, sent = [], []
-        if item.is_threat:
+        if item.is_threat and not item.said_by_evidence:
             messages.append(Message(topics.event(camera), encode(verdict_event_payload(item)), False, camera_id))
             sent.append("event")
         window = item.window_start or item.assessed_at

@@ -75,16 +75,33 @@ def risk_alert(
     risk_score: int | None,
     summary: str | None,
     visit: VisitRef | None = None,
+    *,
+    alerted: Sequence[tuple[str, str]] = (),
 ) -> Alert | None:
     """The alert a valid assessment calls for: only high and critical levels alert. A batch of a visit across
     several cameras alerts once per visit and level (`<visit_id>:risk:<level>`): the third camera of a visit already
-    alerted high sends nothing new, an escalation to critical does."""
+    alerted high sends nothing new, an escalation to critical does. `alerted`: (alert id, level) of the evidence-only
+    alerts already sent for the batch's detections or its visit; one at this level or above already said it."""
     if risk_level not in ALERT_LEVELS:
+        return None
+    if already_alerted(risk_level, alerted) is not None:
         return None
     if visit is not None and visit.multi_camera:
         alert_id = f"{visit.visit_id}:risk:{risk_level}"
         return Alert(alert_id, batch_id, camera_id, RISK, risk_level, risk_score, summary, visit)
     return Alert(f"{batch_id}:risk", batch_id, camera_id, RISK, risk_level, risk_score, summary, visit)
+
+
+def already_alerted(risk_level: str, alerted: Sequence[tuple[str, str]]) -> str | None:
+    """The id of an alert in `alerted` ((alert id, level)) at `risk_level` or above, None when there is none: one
+    visit (or one set of detections) alerts once per level."""
+    if risk_level not in ALERT_LEVELS:
+        return None
+    rank = ALERT_LEVELS.index(risk_level)
+    return next(
+        (alert_id for alert_id, level in alerted if level in ALERT_LEVELS and ALERT_LEVELS.index(level) >= rank),
+        None,
+    )
 
 
 def fast_path_unassessed_alert(batch_id: str, camera_id: str, labels: Sequence[str]) -> Alert:

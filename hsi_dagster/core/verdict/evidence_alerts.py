@@ -16,19 +16,24 @@ inbox sensor (sensors/inbox.py); the batch's verdict follows later and may only 
 - Key: `<camera>:<track or "-">:<slot>`, slot = the track's first detection time (an untracked detection's own time)
   divided by the cooldown: the same detections give the same key, so a tick that dies midway and runs again, or
   the next tick seeing more of the same track, finds the key stored and sends nothing twice.
+- Visit: the alert's detections make a sighting (`evidence:<key>`, core/visits/sighting.py) that the sensor links
+  into the site's visit (storage/visits.py); the alert then names its visit (`visit`), and the batch that later holds
+  the same detections takes the sighting's place in that visit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.enrichment import build_context
+from hsi_dagster.core.verdict.alerts import VisitRef
 from hsi_dagster.core.verdict.evidence import ALERT_LEVELS, EvidenceRules, evidence_floor
 from hsi_dagster.core.verdict.exceptions import HouseholdException
+from hsi_dagster.core.visits.sighting import Sighting, sighting_of
 
 EVIDENCE_ONLY = "evidence_only"
 NEARBY_SECONDS = 30.0
@@ -46,6 +51,8 @@ class EvidenceAlert:
     risk_level: str
     reasons: tuple[str, ...]
     detected_at: datetime  # that detection's ts
+    sighting: Sighting | None = field(default=None, compare=False)  # what it adds to a visit (None: no one)
+    visit: VisitRef | None = None  # the visit it was linked into (set by the sensor)
 
     def payload(self) -> dict[str, Any]:
         """The webhook's JSON body: the same keys as a batch alert (core.verdict.alerts.Alert.payload) plus the
@@ -61,8 +68,9 @@ class EvidenceAlert:
             "summary": f"Evidence alone ({self.risk_level}), before any LLM verdict: {self.reasons[0]}"
             if self.reasons
             else f"Evidence alone ({self.risk_level})",
-            "reasons": list(self.reasons),
+            "reasons": [*self.reasons, *(self.visit.reasons if self.visit is not None else ())],
             "detected_at": self.detected_at.isoformat(),
+            **({"visit": self.visit.payload()} if self.visit is not None else {}),
         }
 
 
@@ -198,6 +206,10 @@ def _judge(
     floor = evidence_floor(context, profile, None, rules, exceptions, at)
     if floor.level not in ALERT_LEVELS:
         return None
+    presence = rules or EvidenceRules()
+    sighting = sighting_of(
+        context, profile, known_plates=presence.known_plates, min_confidence=presence.presence_min_confidence
+    )
     return EvidenceAlert(
         alert_key=key,
         camera_id=group.camera_id,
@@ -207,4 +219,5 @@ def _judge(
         risk_level=floor.level,
         reasons=floor.reasons,
         detected_at=newest["ts"],
+        sighting=sighting,
     )

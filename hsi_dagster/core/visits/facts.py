@@ -42,6 +42,7 @@ class VisitFacts:
     still_where: str | None  # "camera (zone)" of the longest stand-still
     reached: str | None  # "entry zone 'porch' on front_door" reached by a person not known after other cameras
     reached_camera: str | None = None
+    sightings: tuple[Sighting, ...] = ()  # every sighting, in time order (the repeat-nights rule reads plates on cars)
 
     @property
     def unknown_stops(self) -> tuple[CameraStop, ...]:
@@ -95,4 +96,5 @@ def visit_facts(visit: Visit) -> VisitFacts:
         still_where=still_where,
         reached=reached,
         reached_camera=reached_camera,
+        sightings=sightings,
     )

@@ -1,13 +1,14 @@
 """The visit as evidence (core/verdict/visit_rules.py): an unknown person at night on two cameras of one visit is
 medium, on three (or reaching an entry zone after another camera) high, the reasons naming the visit; known people,
-the day, one camera fire nothing; a batch's floor starts from its visit's level and a visit's level never drops."""
+the day, one camera fire nothing; a batch's floor starts from its visit's level and a visit's level never drops; the
+same plate or name on a second night of the week is medium, on a third high."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor
-from hsi_dagster.core.verdict.visit_rules import VisitLevel, raised_by_visit, visit_level
+from hsi_dagster.core.verdict.visit_rules import VisitLevel, raised_by_visit, repeat_nights, visit_level
 from hsi_dagster.core.visits.facts import visit_facts
 from hsi_dagster.core.visits.linking import new_visit, with_sighting
 from tests.core.visits.helpers import LONDON_NIGHT, sighting
@@ -85,3 +86,25 @@ def test_a_second_visit_the_same_night_is_high_but_a_passer_by_twice_is_not():
     assert visit_level(by_day, RULES, [casing]).score == 0
     resident = visit_facts(visit(sighting("side_gate", LONDON_NIGHT + 90 * MIN, unknown=0, known=("resident:alex",))))
     assert visit_level(resident, RULES, [casing]).score == 0
+
+
+def test_repeat_nights_count_nights_not_visits_and_never_the_day_or_the_household():
+    plate = ("AB12CDE",)
+    mon = sighting("street", LONDON_NIGHT, plates=plate, batch_id="mon")
+    mon_again = sighting("street", LONDON_NIGHT + 60 * MIN, plates=plate, batch_id="mon2")  # the same night
+    by_day = sighting("street", LONDON_NIGHT + timedelta(days=1, hours=10), plates=plate, batch_id="tue", hour=12)
+    wed = sighting("street", LONDON_NIGHT + timedelta(days=2), plates=plate, batch_id="wed")
+    facts = [visit_facts(visit(s)) for s in (mon, mon_again, by_day)]
+    score, text = repeat_nights(visit_facts(visit(wed)), facts, RULES) or (0, "")
+    assert (score, text) == (45, "second night this week: plate AB12CDE (Wed 02:30, Fri 02:30)")
+    thu = sighting("street", LONDON_NIGHT + timedelta(days=3), identities=("stranger-7",), batch_id="thu")
+    assert repeat_nights(visit_facts(visit(thu)), facts, RULES) is None  # another name
+    old = sighting("street", LONDON_NIGHT - timedelta(days=8), plates=plate, batch_id="old")
+    assert repeat_nights(visit_facts(visit(mon)), [visit_facts(visit(old))], RULES) is None  # past the week
+    household = sighting("street", LONDON_NIGHT + timedelta(days=2), plates=plate, known=("plate:AB12CDE",))
+    assert repeat_nights(visit_facts(visit(household)), facts, RULES) is None
+    level = visit_level(visit_facts(visit(wed)), RULES, other_nights=facts)
+    assert level.reasons == (
+        "visit visit:wed: second night this week: plate AB12CDE (Wed 02:30, Fri 02:30) (not the household's)"
+        " -> 45 medium",
+    )
