@@ -1,6 +1,7 @@
 """Repeat visits over nights through the real pipeline (tests/dagster/test_visits_pipeline.py `run`: real DuckDB,
 real Dagster instance, detection_batches + enriched_contexts materialized, the floor computed by `batch_floor`): the
-same unknown plate at night on a second night is medium, on a third high, the reason listing the nights; a household
+same unknown plate at night on a second night is medium, on a third high when the car comes onto the driveway (medium
+in the street), the reason listing the nights; a household
 plate fires nothing; a household exception for the pattern (two corrections to low, through storage/corrections.py
 and the exceptions' own matching) keeps the third night as it was."""
 
@@ -19,11 +20,9 @@ def nights_ago(days: int, hour: int, minute: int) -> datetime:
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
 
 
-def car(prefix: str, at: datetime, plate: str = "AB12CDE") -> list[str]:
-    """A car read by LPR, parked 20 s on the driveway, no person."""
-    return look(
-        prefix, "driveway", at, label="car", zone="drive", enrichment={"vehicle": {"type": "car", "plate": plate}}
-    )
+def car(prefix: str, at: datetime, plate: str = "AB12CDE", zone: str = "drive") -> list[str]:
+    """A car read by LPR, parked 20 s on the driveway (or in the street), no person."""
+    return look(prefix, "driveway", at, label="car", zone=zone, enrichment={"vehicle": {"type": "car", "plate": plate}})
 
 
 NIGHTS = (nights_ago(5, 2, 10), nights_ago(3, 2, 40), nights_ago(2, 2, 30))
@@ -39,6 +38,15 @@ def test_the_same_unknown_plate_on_a_second_night_is_medium_and_on_a_third_high(
     assert repeat[1][0].endswith("-> 45 medium")
     assert repeat[2] and f"third night this week: plate AB12CDE ({', '.join(when)})" in repeat[2][0]
     assert repeat[2][0].endswith("-> 70 high") and batches[2][1].score >= 70
+
+
+def test_the_same_car_parked_in_the_street_every_night_is_noticed_never_an_alert(tmp_path):
+    """The neighbour's car read on the pavement at night three times this week: medium, never high, every night."""
+    lines = [line for n, at in enumerate(NIGHTS) for line in car(f"n{n}", at, zone="pavement")]
+    _, batches, _ = run(tmp_path, lines)
+    third = [r for r in batches[2][1].reasons if "night this week" in r]
+    assert third and "third night this week: plate AB12CDE" in third[0] and third[0].endswith("-> 45 medium")
+    assert [floor.level for _, floor, _ in batches] == ["low", "medium", "medium"]
 
 
 def test_a_household_plate_on_three_nights_fires_nothing(tmp_path):

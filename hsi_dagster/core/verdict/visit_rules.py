@@ -13,7 +13,10 @@ visit tonight      | an earlier visit of a person not known at night within EARL
                    | (a passer-by on the pavement camera twice a night is not enough)
 repeat nights      | the same plate or re-identified name, not the household's, seen at night on 2 nights of the
                    | last 7 days -> 45 medium ("second night this week"), on 3 or more -> 70 high ("third night this
-                   | week: plate AB12CDE (Mon 02:10, Wed 01:40, Thu 02:30)"); a plate on a car alone counts. Storage
+                   | week: plate AB12CDE (Mon 02:10, Wed 01:40, Thu 02:30)") when this visit comes onto the property
+                   | (a person not known on an entry or private zone or 2+ cameras, or the car on the driveway), else
+                   | 45 medium: the neighbour's car parked in the street every night is noticed, never an alert every
+                   | night. Storage
                    | reads the earlier visits by name (`visits_sharing_names`); not when a household exception is in
                    | force for the batch's pattern (core/verdict/exceptions.py `exception_for`: the caller asks).
 
@@ -119,7 +122,11 @@ def visit_level(
     fired: list[tuple[int, str]] = []  # (score, text with its "who" suffix)
     repeated = repeat_nights(facts, other_nights, rules) if other_nights else None
     if repeated is not None:
-        fired.append((repeated[0], f"{repeated[1]} (not the household's)"))
+        on_property = _substantial(night_facts) or any(
+            s.vehicle_on_property and rules.is_night(s.local_hour) for s in facts.sightings
+        )
+        score = repeated[0] if on_property else min(repeated[0], MEDIUM)
+        fired.append((score, f"{repeated[1]} (not the household's)"))
     where = ", ".join(str(stop) for stop in stops)
     if len(stops) >= 3:
         text = f"{ordinal(len(stops))} camera in {night_facts.unknown_minutes} minutes: {where}"

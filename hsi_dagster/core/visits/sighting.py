@@ -48,6 +48,7 @@ class Sighting:
     private_zones: tuple[str, ...] = ()  # private zones a person not known reached
     longest_still_s: float = 0.0  # the longest dwell of a person not known here
     still_zone: str | None = None  # where (its first zone), None: no zone known
+    vehicle_on_property: bool = False  # a vehicle not the household's on an entry or private zone (the driveway)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (not dataclasses.asdict: its deep copy was most of a link's time)."""
@@ -134,6 +135,7 @@ def sighting_of(
     reached_entry: set[str] = set()
     reached_private: set[str] = set()
     still_s, still_zone = 0.0, None
+    on_property = False
     for track in context.detections.tracks:
         if track.max_confidence < min_confidence:
             continue
@@ -151,6 +153,8 @@ def sighting_of(
             known_ids.append(identity or (f"plate:{household_plate}" if household_plate else "known"))
         if not is_person:
             vehicles += 1
+            zones = set(track.zones) | set(track.entered_zones)
+            on_property = on_property or (not is_known and bool(zones & (entry | private)))
             continue
         if is_known:
             known += 1
@@ -193,4 +197,5 @@ def sighting_of(
         private_zones=tuple(sorted(reached_private))[:MAX_NAMES],
         longest_still_s=round(still_s, 1),
         still_zone=still_zone,
+        vehicle_on_property=on_property,
     )
