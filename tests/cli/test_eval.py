@@ -89,6 +89,31 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
     assert "--camera-profiles goes with --set frigate" in capsys.readouterr().err
 
 
+def test_floor_only_on_the_visit_set_prints_rows_with_and_without_visits(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    assert main(["eval", "--db", str(db), "--set", "visits", "--floor-only", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "10 situations (27 batches) from" in printed
+    assert "visits.floor.full: no server" in printed and "visits.floor.full.visits: no server" in printed
+    assert (
+        "threat:casing_visit" in printed
+        and "batches low -> medium -> high (household medium -> medium -> high)" in printed
+    )
+    assert "  without visits: recall(high+critical), threats: 2 of 4 (50%)" in printed
+    assert "  with visits: recall(high+critical), threats: 4 of 4 (100%)" in printed
+    assert (
+        "  with visits: false alarms (high+critical), harmless: 0 of 6 (0%); raised above low: 1 of 6 (17%)" in printed
+    )
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| holdout | visits.floor.full.visits |" in report and "| floor.full |" not in report
+    with connect(str(db), read_only=True) as conn:
+        assert len(load_results(conn, "visits.floor.full")) == len(load_results(conn, "visits.floor.full.visits")) == 10
+    assert main(["eval", "--db", str(db), "--set", "visits", "--floor-only", "--limit", "2"]) == 2
+    assert "leave out --scenarios and --limit" in capsys.readouterr().err
+
+
 def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
     config = str(FRIGATE_EVAL_DIR / "frigate.yaml")
