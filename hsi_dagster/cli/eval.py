@@ -177,12 +177,17 @@ def combine_situations(configuration: str, results: list[ScenarioResult]) -> lis
     return combine_by_situation(configuration, results)
 
 
-def _show_situations(results: dict[str, list[ScenarioResult]], configuration: EvalConfiguration) -> None:
+def _show_situations(
+    results: dict[str, list[ScenarioResult]], configuration: EvalConfiguration, batches: list[ScenarioResult]
+) -> None:
     """The cross-camera set: one line per situation (its batches' stored levels against the household's), then
-    recall over the threats and false alarms over the harmless situations in their own rows."""
+    recall over the threats and false alarms over the harmless situations in their own rows, and the batches at the
+    household's level."""
     from hsi_dagster.evaluation.visit_set import situation_rows
 
-    shown = results.get(configuration.floor_name if not configuration.llm else configuration.with_floor_name, [])
+    name = configuration.floor_name if not configuration.llm else configuration.with_floor_name
+    shown = results.get(name, [])
+    mine = [r for r in batches if r.configuration == name]
     label = "with visits" if configuration.visits else "without visits"
     for result in shown:
         mark = "ok" if result.predicted == result.expected_level else "MISS"
@@ -193,6 +198,8 @@ def _show_situations(results: dict[str, list[ScenarioResult]], configuration: Ev
         )
     for line in situation_rows(shown).lines():
         print(f"  {label}: {line}", flush=True)
+    same = sum(r.predicted == r.expected_level for r in mine)
+    print(f"  {label}: batches at the household's level: {same} of {len(mine)}", flush=True)
 
 
 def chart_file_name(key: str) -> str:
@@ -306,9 +313,11 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
     unmatched: list[ScenarioResult] = []
+    batch_results: list[ScenarioResult] = []  # the cross-camera set's batches of the current pass
 
     def show(result: ScenarioResult) -> None:
         if visit_set:  # per batch: the situations are shown once combined
+            batch_results.append(result)
             return
         if frigate is not None:  # per batch: the scenes are shown once combined
             if result.category == UNMATCHED:
@@ -331,6 +340,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         where = "no server" if not configuration.llm else configuration.endpoint or ", ".join(settings.llm_urls)
         print(f"{configuration.name}: {where}", flush=True)
         unmatched.clear()
+        batch_results.clear()
         try:
             stored = evaluate_and_store(
                 configuration,
@@ -347,7 +357,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         if frigate is not None:
             _show_scenes(stored.run.results, configuration, frigate, unmatched)
         if visit_set:
-            _show_situations(stored.run.results, configuration)
+            _show_situations(stored.run.results, configuration, batch_results)
         for name, f in stored.figures.items():
             print(
                 f"  {name} ({stored.run.model}): level accuracy {_pct(f.level_accuracy)}, under-call "
