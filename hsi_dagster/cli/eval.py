@@ -245,6 +245,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             scenarios = load_visit_set(path, split=args.split, ids=args.scenario)
         except VisitSetError as exc:
             raise UsageError(str(exc)) from None
+        if not scenarios and args.split == "tune":
+            raise UsageError(f"{path}: every situation is on the holdout split (nothing in this set is tuned on)")
         profiles = visit_profiles()
         print(
             f"{len({s.situation for s in scenarios})} situations ({len(scenarios)} batches) from {path}, camera "

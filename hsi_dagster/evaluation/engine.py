@@ -7,6 +7,10 @@ uses history and the scenario has it, the history facts core/context/history.py 
 the budget from the server's live per-slot context, the prompt for the pass's output schema, the call-and-repair
 loop and the stored verdict.
 
+A `.visits` pass (EvalConfiguration.visits) then links the prepared batches into visits per situation, in time
+order, and raises each floor by its visit (evaluation/visit_floors.py) before any model call: the floor is the only
+thing visits change.
+
 One LLM call (plus its one repair) per scenario gives three results (evaluation/configurations.py): the model alone,
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
 configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
