@@ -11,6 +11,11 @@ evaluated earlier (same --db) is compared with today's.
 `--set frigate` runs the Frigate-shaped set instead (evaluation/frigate_set.py: Frigate's MQTT payloads through the
 real mapping and batching, no camera profiles unless --camera-profiles; one result per scene, its highest batch),
 stored as `frigate.<configuration>` and reported apart from the project's set.
+
+`--set visits` runs the cross-camera situations (synthetic/visit_situations.py: several batches on several cameras
+each, all on the holdout split), with and without visits (`--visits`, default both: `visits.floor.full` and
+`visits.floor.full.visits`), one result per situation (its highest batch), recall over the threats and false alarms
+over the harmless situations in their own rows. `--visits on|both` adds `.visits` passes to the other sets too.
 """
 
 from __future__ import annotations
@@ -80,10 +85,17 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", metavar="FILE", help="scenario file (default: the stored labeled set)")
     parser.add_argument(
         "--set",
-        choices=["project", "frigate"],
+        choices=["project", "frigate", "visits"],
         default="project",
-        help="labeled set: the project's (default) or the Frigate-shaped one (MQTT payloads through the real Frigate "
-        "mapping and batching, no camera profiles; judged per scene by its highest batch)",
+        help="labeled set: the project's (default), the Frigate-shaped one (MQTT payloads through the real Frigate "
+        "mapping and batching, no camera profiles; judged per scene by its highest batch) or the cross-camera "
+        "situations (several batches on several cameras each; judged per situation by its highest batch)",
+    )
+    parser.add_argument(
+        "--visits",
+        choices=["off", "on", "both"],
+        help="link each set's batches into visits and raise each floor by its visit (evaluation/visit_floors.py); "
+        "both: a pass with and one without (default: both for --set visits, off otherwise)",
     )
     parser.add_argument(
         "--camera-profiles",
@@ -159,6 +171,37 @@ def _show_scenes(
             )
 
 
+def combine_situations(configuration: str, results: list[ScenarioResult]) -> list[ScenarioResult]:
+    from hsi_dagster.evaluation.visit_set import combine_by_situation
+
+    return combine_by_situation(configuration, results)
+
+
+def _show_situations(
+    results: dict[str, list[ScenarioResult]], configuration: EvalConfiguration, batches: list[ScenarioResult]
+) -> None:
+    """The cross-camera set: one line per situation (its batches' stored levels against the household's), then
+    recall over the threats and false alarms over the harmless situations in their own rows, and the batches at the
+    household's level."""
+    from hsi_dagster.evaluation.visit_set import situation_rows
+
+    name = configuration.floor_name if not configuration.llm else configuration.with_floor_name
+    shown = results.get(name, [])
+    mine = [r for r in batches if r.configuration == name]
+    label = "with visits" if configuration.visits else "without visits"
+    for result in shown:
+        mark = "ok" if result.predicted == result.expected_level else "MISS"
+        print(
+            f"  {result.category:<32} expected {result.expected_level:<8} got {result.predicted or result.status:<8} "
+            f"{mark:<4} {(result.summary or '').split('; loudest:')[0]}",
+            flush=True,
+        )
+    for line in situation_rows(shown).lines():
+        print(f"  {label}: {line}", flush=True)
+    same = sum(r.predicted == r.expected_level for r in mine)
+    print(f"  {label}: batches at the household's level: {same} of {len(mine)}", flush=True)
+
+
 def chart_file_name(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", key.replace(":", "-")) + ".png"
 
@@ -167,6 +210,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.cli.errors import UsageError
     from hsi_dagster.evaluation.configurations import (
         FRIGATE_SET,
+        VISITS_SET,
         configurations_for,
         floor_configurations,
         for_set,
@@ -188,7 +232,28 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     profiles: dict[str, CameraProfile] | None = None
     if args.camera_profiles and args.set != "frigate":
         raise UsageError("--camera-profiles goes with --set frigate (the project's set has its own profiles)")
-    if args.set == "frigate":
+    visit_set = args.set == "visits"
+    if visit_set:
+        if args.scenarios or args.limit is not None or args.camera_profiles:
+            raise UsageError("--set visits is the stored cross-camera set: leave out --scenarios and --limit")
+        from hsi_dagster.evaluation.visit_set import load_visit_set
+        from hsi_dagster.synthetic.scenarios import ScenarioFileError as VisitSetError
+        from hsi_dagster.synthetic.visit_situations import VISITS_PATH, visit_profiles
+
+        path = VISITS_PATH
+        try:
+            scenarios = load_visit_set(path, split=args.split, ids=args.scenario)
+        except VisitSetError as exc:
+            raise UsageError(str(exc)) from None
+        if not scenarios and args.split == "tune":
+            raise UsageError(f"{path}: every situation is on the holdout split (nothing in this set is tuned on)")
+        profiles = visit_profiles()
+        print(
+            f"{len({s.situation for s in scenarios})} situations ({len(scenarios)} batches) from {path}, camera "
+            "profiles without a camera graph",
+            flush=True,
+        )
+    elif args.set == "frigate":
         profiles = {}
         if args.camera_profiles:
             from hsi_dagster.core.context.camera_profiles import CameraProfileError
@@ -224,26 +289,38 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
             raise UsageError(str(exc)) from None
     if not scenarios:
         raise UsageError(f"{path}: no scenarios")
-    history = {"off": [False], "on": [True], "both": [False, True]}[args.history]
+    switch = {"off": [False], "on": [True], "both": [False, True]}
+    history = switch[args.history]
+    visits = switch[args.visits or ("both" if visit_set else "off")]
     try:
         if args.floor_only:
             if args.endpoint or args.label or args.schema:
                 raise UsageError("--floor-only runs no model: leave out --endpoint, --label and --schema")
-            configurations = floor_configurations(args.quality_level, history)
+            configurations = floor_configurations(args.quality_level, history, visits)
         else:
             configurations = configurations_for(
-                args.endpoint, args.quality_level, args.label, schemas=args.schema or ["plain"], history=history
+                args.endpoint,
+                args.quality_level,
+                args.label,
+                schemas=args.schema or ["plain"],
+                history=history,
+                visits=visits,
             )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     prefix = "" if frigate is None else f"{FRIGATE_SET}.profiles" if args.camera_profiles else FRIGATE_SET
+    prefix = VISITS_SET if visit_set else prefix
     configurations = for_set(configurations, prefix)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
     unmatched: list[ScenarioResult] = []
+    batch_results: list[ScenarioResult] = []  # the cross-camera set's batches of the current pass
 
     def show(result: ScenarioResult) -> None:
+        if visit_set:  # per batch: the situations are shown once combined
+            batch_results.append(result)
+            return
         if frigate is not None:  # per batch: the scenes are shown once combined
             if result.category == UNMATCHED:
                 unmatched.append(result)
@@ -265,6 +342,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         where = "no server" if not configuration.llm else configuration.endpoint or ", ".join(settings.llm_urls)
         print(f"{configuration.name}: {where}", flush=True)
         unmatched.clear()
+        batch_results.clear()
         try:
             stored = evaluate_and_store(
                 configuration,
@@ -274,12 +352,14 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
                 duckdb,
                 on_result=show,
                 profiles=profiles,
-                combine=frigate.combine_by_scene if frigate is not None else None,
+                combine=frigate.combine_by_scene if frigate is not None else combine_situations if visit_set else None,
             )
         except LlamaServerError as exc:
             raise UsageError(f"configuration {configuration.name}: {exc}") from None
         if frigate is not None:
             _show_scenes(stored.run.results, configuration, frigate, unmatched)
+        if visit_set:
+            _show_situations(stored.run.results, configuration, batch_results)
         for name, f in stored.figures.items():
             print(
                 f"  {name} ({stored.run.model}): level accuracy {_pct(f.level_accuracy)}, under-call "
@@ -304,8 +384,14 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
 
     with duckdb.get_connection(read_only=True) as conn:
         names = stored_configurations(conn)  # earlier runs in this database too: compare a model with a stored one
-    names = [n for n in names if set_of(n) == (FRIGATE_SET if frigate is not None else "")]  # one set per report
+    this_set = VISITS_SET if visit_set else FRIGATE_SET if frigate is not None else ""
+    names = [n for n in names if set_of(n) == this_set]  # one set per report
     source = f"{path.name} ({len(scenarios)} scenarios)"
+    if visit_set:
+        source = (
+            f"the cross-camera set {path} ({len({s.situation for s in scenarios})} situations, {len(scenarios)} "
+            "batches; judged per situation by its highest batch)"
+        )
     if frigate is not None:
         stray = ", ".join(
             f"{s.scenario_id} {s.camera_id} {s.batch['started_at']:%Y-%m-%d %H:%M:%S}" for s in frigate.unmatched

@@ -19,6 +19,7 @@ from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
 QUALITY_LEVELS: tuple[str, ...] = ("full", "standard", "minimal")  # core.context.sections.QUALITY_LEVELS, richest first
 SCHEMAS: tuple[str, ...] = ("plain", "rubric")  # core.prompt.risk_schema.PLAIN / RUBRIC
 WITH_FLOOR = ".with-floor"
+VISITS_SUFFIX = ".visits"
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -33,7 +34,8 @@ class EvalConfiguration:
     schema: str = "plain"
     history: bool = False  # history facts (from a scenario's `history`) for the floor and the prompt
     llm: bool = True  # False: the evidence floor alone, no server
-    scenario_set: str = ""  # "" the project's set; "frigate" the Frigate-shaped one (its names start `frigate.`)
+    scenario_set: str = ""  # "" the project's set; "frigate" / "visits" the others (their names start `<set>.`)
+    visits: bool = False  # batches linked into visits and each floor raised by its visit (evaluation/visit_floors.py)
 
     def __post_init__(self) -> None:
         if self.quality_level not in QUALITY_LEVEL_TYPES:
@@ -57,7 +59,11 @@ class EvalConfiguration:
     @property
     def floor_name(self) -> str:
         prefix = f"{self.scenario_set}." if self.scenario_set else ""
-        return f"{prefix}floor.{self.quality_level}" + (".history" if self.history else "")
+        return (
+            f"{prefix}floor.{self.quality_level}"
+            + (".history" if self.history else "")
+            + (VISITS_SUFFIX if self.visits else "")
+        )
 
     def stored_names(self) -> list[str]:
         """The configurations this pass stores, in report order."""
@@ -72,8 +78,10 @@ def endpoint_key(url: str) -> str:
     return _KEY_CHARS.sub("_", bare).strip("_") or "endpoint"
 
 
-def _suffix(schema: str, history: bool) -> str:
-    return (".rubric" if schema == "rubric" else "") + (".history" if history else "")
+def _suffix(schema: str, history: bool, visits: bool = False) -> str:
+    return (
+        (".rubric" if schema == "rubric" else "") + (".history" if history else "") + (VISITS_SUFFIX if visits else "")
+    )
 
 
 def configurations_for(
@@ -83,48 +91,61 @@ def configurations_for(
     *,
     schemas: Sequence[str] = ("plain",),
     history: Sequence[bool] = (False,),
+    visits: Sequence[bool] = (False,),
 ) -> list[EvalConfiguration]:
-    """Every endpoint x quality level x schema x history, named `<label>.<level>[.rubric][.history]`; the label
+    """Every endpoint x quality level x schema x history x visits, named `<label>.<level>[.rubric][.history][.visits]`;
+    the label
     defaults to the endpoint's host and port (give one per endpoint to keep runs of different models on the same URL
     apart). No endpoint: the `llm` resource's servers, named by the level alone."""
     levels = list(dict.fromkeys(quality_levels)) or ["full"]
-    variants = [(schema, with_history) for schema in dict.fromkeys(schemas) for with_history in dict.fromkeys(history)]
+    variants = [
+        (schema, with_history, with_visits)
+        for schema in dict.fromkeys(schemas)
+        for with_history in dict.fromkeys(history)
+        for with_visits in dict.fromkeys(visits)
+    ]
     if not endpoints:
         if labels:
             raise ValueError("a configuration label needs an endpoint (--label goes with --endpoint)")
         return [
-            EvalConfiguration(level + _suffix(schema, hist), level, schema=schema, history=hist)
+            EvalConfiguration(level + _suffix(schema, hist, vis), level, schema=schema, history=hist, visits=vis)
             for level in levels
-            for schema, hist in variants
+            for schema, hist, vis in variants
         ]
     unique = list(dict.fromkeys(url.strip().rstrip("/") for url in endpoints))
     if labels and len(labels) != len(unique):
         raise ValueError(f"{len(labels)} label(s) for {len(unique)} endpoint(s): give one label per endpoint")
     names = list(labels) or [endpoint_key(url) for url in unique]
     return [
-        EvalConfiguration(f"{name}.{level}{_suffix(schema, hist)}", level, endpoint=url, schema=schema, history=hist)
+        EvalConfiguration(
+            f"{name}.{level}{_suffix(schema, hist, vis)}", level, endpoint=url, schema=schema, history=hist, visits=vis
+        )
         for name, url in zip(names, unique, strict=True)
         for level in levels
-        for schema, hist in variants
+        for schema, hist, vis in variants
     ]
 
 
-def floor_configurations(quality_levels: Sequence[str], history: Sequence[bool] = (False,)) -> list[EvalConfiguration]:
-    """The evidence floor alone, per quality level (no server)."""
+def floor_configurations(
+    quality_levels: Sequence[str], history: Sequence[bool] = (False,), visits: Sequence[bool] = (False,)
+) -> list[EvalConfiguration]:
+    """The evidence floor alone, per quality level (no server), with and/or without visits."""
     levels = list(dict.fromkeys(quality_levels)) or ["full"]
     return [
-        EvalConfiguration(f"floor.{level}" + (".history" if hist else ""), level, history=hist, llm=False)
+        EvalConfiguration(f"floor.{level}" + _suffix("plain", hist, vis), level, history=hist, llm=False, visits=vis)
         for level in levels
         for hist in dict.fromkeys(history)
+        for vis in dict.fromkeys(visits)
     ]
 
 
 FRIGATE_SET = "frigate"  # the Frigate-shaped set's prefix (`frigate.` and `frigate.profiles.` names)
+VISITS_SET = "visits"  # the cross-camera set's prefix (synthetic/visit_situations.py)
 
 
 def set_of(name: str) -> str:
-    """The labeled set a stored configuration was measured on: "frigate", or "" for the project's set."""
-    return FRIGATE_SET if name.startswith(f"{FRIGATE_SET}.") else ""
+    """The labeled set a stored configuration was measured on: "frigate", "visits", or "" for the project's set."""
+    return next((s for s in (FRIGATE_SET, VISITS_SET) if name.startswith(f"{s}.")), "")
 
 
 def for_set(configurations: Sequence[EvalConfiguration], scenario_set: str) -> list[EvalConfiguration]:

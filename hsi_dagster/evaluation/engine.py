@@ -7,6 +7,10 @@ uses history and the scenario has it, the history facts core/context/history.py 
 the budget from the server's live per-slot context, the prompt for the pass's output schema, the call-and-repair
 loop and the stored verdict.
 
+A `.visits` pass (EvalConfiguration.visits) then links the prepared batches into visits per situation, in time
+order, and raises each floor by its visit (evaluation/visit_floors.py) before any model call: the floor is the only
+thing visits change.
+
 One LLM call (plus its one repair) per scenario gives three results (evaluation/configurations.py): the model alone,
 the model raised to the floor, and the floor alone. Results, figures and Cohen's kappa against every other stored
 configuration go to DuckDB (storage/evaluation.py). The `evaluation` asset and `hsi eval` both call
@@ -34,6 +38,7 @@ from hsi_dagster.core.verdict.trust import ModelFingerprint, Trust
 from hsi_dagster.evaluation.configurations import EvalConfiguration, set_of
 from hsi_dagster.evaluation.scenario_run import Assess, PreparedScenario, floor_result, prepare_scenario, run_prepared
 from hsi_dagster.evaluation.trust import TrustMeasurement, applied_trust, measure_trust, pass_fingerprint
+from hsi_dagster.evaluation.visit_floors import floors_with_visits
 from hsi_dagster.resources import HsiDuckDBResource, LlamaServerResource
 from hsi_dagster.settings import HsiSettings
 from hsi_dagster.steps import assess_batch, budget_for
@@ -64,6 +69,13 @@ def _assess_with(llm: LlamaServerResource, max_tokens: int, schema: str) -> Asse
     return lambda messages: assess_batch(messages, llm.chat_json, max_tokens=max_tokens, schema=schema)
 
 
+def _with_visits(
+    configuration: EvalConfiguration, prepared: list[PreparedScenario], settings: HsiSettings
+) -> list[PreparedScenario]:
+    """A `.visits` pass: each batch's floor raised by its visit (evaluation/visit_floors.py), as the pipeline does."""
+    return floors_with_visits(prepared, settings) if configuration.visits else prepared
+
+
 def evaluate_floor_only(
     configuration: EvalConfiguration,
     scenarios: Sequence[Scenario],
@@ -74,15 +86,11 @@ def evaluate_floor_only(
     the project's set was labeled against; the Frigate-shaped set passes {} (a new Frigate user has none)."""
     started = time.perf_counter()
     profiles = scenario_profiles() if profiles is None else profiles
-    results = [
-        floor_result(
-            prepare_scenario(
-                s, configuration=configuration, profiles=profiles, settings=settings, estimate_budget=None
-            ),
-            configuration.floor_name,
-        )
+    prepared = [
+        prepare_scenario(s, configuration=configuration, profiles=profiles, settings=settings, estimate_budget=None)
         for s in scenarios
     ]
+    results = [floor_result(item, configuration.floor_name) for item in _with_visits(configuration, prepared, settings)]
     return PassRun({configuration.floor_name: results}, "evidence floor", seconds=time.perf_counter() - started)
 
 
@@ -123,6 +131,7 @@ def evaluate_configuration(
         )
         for scenario in scenarios
     ]
+    prepared = _with_visits(configuration, prepared, settings)
     assess_call = _assess_with(llm, settings.NEMOTRON_MAX_OUTPUT_TOKENS, configuration.schema)
     workers = max(1, concurrency or min(info.total_slots, settings.PARALLEL))
     results: dict[str, list[ScenarioResult]] = {name: [] for name in configuration.stored_names()}
@@ -186,6 +195,8 @@ def _description(configuration: EvalConfiguration, name: str) -> str:
         extra.append(f"{configuration.schema} output schema")
     if configuration.history:
         extra.append("history facts from the scenarios")
+    if configuration.visits:
+        extra.append("batches linked into visits, each floor raised by its visit")
     return "; ".join([DESCRIPTIONS[kind], *extra])
 
 

@@ -4,7 +4,8 @@ Its MQTT payloads go the way `hsi frigate import` takes them: `storage.frigate.l
 mapping, state policy, validator, reviews) into a scratch DuckDB file, then the pipeline's batching
 (`pending_closed_batches`, `record_batch`), then each recorded batch with its detections and the Frigate reviews
 covering it (`load_batch`, `reviews_covering`), exactly what the `enriched_contexts` asset reads. No camera profile:
-what a new Frigate user has.
+what a new Frigate user has. Every batch has the `situation` "frigate": the set is one household's cameras over
+its days, so a `.visits` pass links its batches into visits across scenes (evaluation/visit_floors.py).
 
 Each produced batch is matched to the labeled scene of its camera whose time span it falls in
 (`SceneLabel.covers`) and becomes one `Scenario` (`<scene>.b<n>`) carrying that scene's label. A scene is judged by
@@ -109,6 +110,7 @@ def _scenario(scene: SceneLabel | None, scenario_id: str, batch: dict, detection
             detections=detections,
             split="holdout",
             reviews=tuple(reviews),
+            situation=SET_NAME,
         )
     return Scenario(
         scenario_id=scenario_id,
@@ -122,6 +124,7 @@ def _scenario(scene: SceneLabel | None, scenario_id: str, batch: dict, detection
         detections=detections,
         split=scene.split,
         reviews=tuple(reviews),
+        situation=SET_NAME,
     )
 
 

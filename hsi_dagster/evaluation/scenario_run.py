@@ -37,6 +37,8 @@ class PreparedScenario:
     floor: Floor
     floor_ms: float
     error: str | None = None
+    context: EnrichedContext | None = None  # as stored and read back: what the visit linking reads
+    profile: CameraProfile | None = None
 
 
 def scenario_history(scenario: Scenario, context: EnrichedContext, profile: CameraProfile | None) -> HistoryFacts:
@@ -79,14 +81,22 @@ def prepare_scenario(
     floor = floor_for(context, profile, context.history, settings)
     floor_ms = (time.perf_counter() - started) * 1000
     if estimate_budget is None:
-        return PreparedScenario(scenario, None, (), floor, floor_ms)
+        return PreparedScenario(scenario, None, (), floor, floor_ms, context=context, profile=profile)
     try:
         fitted = prompt_for(
             context, estimate_budget, configuration.schema, batch_id=scenario.batch["batch_id"], counter=counter
         )
     except PromptTooLarge as exc:
-        return PreparedScenario(scenario, None, (), floor, floor_ms, error=str(exc))
-    return PreparedScenario(scenario, fitted.messages, tuple(fitted.sections_removed), floor, floor_ms)
+        return PreparedScenario(scenario, None, (), floor, floor_ms, error=str(exc), context=context, profile=profile)
+    return PreparedScenario(
+        scenario,
+        fitted.messages,
+        tuple(fitted.sections_removed),
+        floor,
+        floor_ms,
+        context=context,
+        profile=profile,
+    )
 
 
 def _injection_flagged(assessment: dict | None) -> bool:

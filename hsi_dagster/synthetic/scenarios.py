@@ -64,6 +64,9 @@ class Scenario:
     # Frigate review items covering the batch (storage.frigate.reviews_covering rows; the Frigate-shaped set only,
     # never written to the JSON Lines file)
     reviews: tuple[dict[str, Any], ...] = ()
+    # The batches of one situation (the cross-camera set, synthetic/visit_situations.py): one site's timeline, judged
+    # in time order and linked into visits; None: the batch stands alone.
+    situation: str | None = None
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -80,6 +83,8 @@ class Scenario:
         }
         if self.history is not None:
             body["history"] = self.history
+        if self.situation is not None:
+            body["situation"] = self.situation
         return json.dumps(body, ensure_ascii=False, sort_keys=False)
 
     @classmethod
@@ -97,6 +102,7 @@ class Scenario:
             detections=[dict(d) for d in raw["detections"]],
             split=str(raw.get("split", "holdout")),
             history=dict(raw["history"]) if raw.get("history") is not None else None,
+            situation=str(raw["situation"]) if raw.get("situation") is not None else None,
         )
 
 

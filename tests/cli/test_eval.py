@@ -89,6 +89,33 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
     assert "--camera-profiles goes with --set frigate" in capsys.readouterr().err
 
 
+def test_floor_only_on_the_visit_set_prints_rows_with_and_without_visits(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    assert main(["eval", "--db", str(db), "--set", "visits", "--floor-only", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "10 situations (27 batches) from" in printed
+    assert "visits.floor.full: no server" in printed and "visits.floor.full.visits: no server" in printed
+    assert (
+        "threat:casing_visit" in printed
+        and "batches low -> medium -> high (household medium -> medium -> high)" in printed
+    )
+    assert "  without visits: recall(high+critical), threats: 2 of 4 (50%)" in printed
+    assert "  with visits: recall(high+critical), threats: 4 of 4 (100%)" in printed
+    assert (
+        "  with visits: false alarms (high+critical), harmless: 0 of 6 (0%); raised above low: 1 of 6 (17%)" in printed
+    )
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| holdout | visits.floor.full.visits |" in report and "| floor.full |" not in report
+    with connect(str(db), read_only=True) as conn:
+        assert len(load_results(conn, "visits.floor.full")) == len(load_results(conn, "visits.floor.full.visits")) == 10
+    assert main(["eval", "--db", str(db), "--set", "visits", "--floor-only", "--limit", "2"]) == 2
+    assert "leave out --scenarios and --limit" in capsys.readouterr().err
+    assert main(["eval", "--db", str(db), "--set", "visits", "--floor-only", "--split", "tune"]) == 2
+    assert "every situation is on the holdout split" in capsys.readouterr().err
+
+
 def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
     config = str(FRIGATE_EVAL_DIR / "frigate.yaml")
@@ -174,3 +201,33 @@ def test_a_model_pass_on_the_frigate_set(
     assert stored.llm_calls >= 1 and stored.prompt_tokens > 0 and stored.risk_level == "critical"
     report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "| frigate.smol.minimal.with-floor |" in report and "| frigate.floor.minimal |" in report
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+@pytest.mark.timeout(1800)  # three model calls, one per batch of the situation
+def test_a_model_pass_on_the_visit_set(
+    llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The casing visit (three batches) through the real server with visits: the model's call per batch, the stored
+    verdict raised to the visit's floor on the third batch (high), one result per situation, no trust sweep stored."""
+    monkeypatch.setenv("NEMOTRON_MAX_OUTPUT_TOKENS", "768")
+    monkeypatch.setenv("LLM_READ_TIMEOUT_SECONDS", "900")
+    monkeypatch.setenv("CTX_SIZE", "8192")
+    db = tmp_path / "e.duckdb"
+    code = main(
+        ["eval", "--db", str(db), "--set", "visits", "--visits", "on", "--endpoint", llama_server.url]
+        + ["--quality-level", "minimal", "--label", "smol", "--scenario", "casing_visit", "--out", str(tmp_path / "r")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "1 situations (3 batches) from" in printed and "with visits: batches at the household's level:" in printed
+    with connect(str(db), read_only=True) as conn:
+        from hsi_dagster.storage.trust import measured_trust
+
+        (stored,) = load_results(conn, "visits.smol.minimal.visits.with-floor")
+        (floor,) = load_results(conn, "visits.floor.minimal.visits")
+        assert measured_trust(conn) == []
+    assert stored.scenario_id == "casing_visit" and stored.llm_calls >= 1 and stored.prompt_tokens > 0
+    assert floor.risk_level == "high" and stored.risk_level in ("high", "critical")
+    assert floor.floor_reasons[0].startswith("visit visit:eval:casing_visit.b1: third camera in 6 minutes")
