@@ -474,6 +474,12 @@ def _enrichment(situation: Situation, figure: Figure, frame: int) -> dict[str, A
     return out
 
 
+def _box(figure: Figure, frame: int, frames: int) -> list[float]:
+    """A walker crosses the view (its box moves 0.6 of the frame over the look); anyone else stays put."""
+    shift = 0.6 * frame / (frames - 1) if figure.action == "walking" else 0.0
+    return [round(0.05 + shift, 3), 0.2, round(0.3 + shift, 3), 0.9]
+
+
 def _render(situation: Situation, look: Look, scenario_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     hour, minute, second = (int(part) for part in look.at.split(":"))
     start = datetime(*situation.day, hour, minute, second, tzinfo=UTC) + timedelta(days=look.day_offset)
@@ -489,7 +495,7 @@ def _render(situation: Situation, look: Look, scenario_id: str) -> tuple[dict[st
                     "ts": _iso(ts),
                     "label": figure.label,
                     "confidence": round(0.82 + 0.03 * (frame % 3), 2),
-                    "bbox": [0.2, 0.2, 0.5, 0.9],
+                    "bbox": _box(figure, frame, frames),
                     "zone": figure.zone,
                     "enrichment": _enrichment(situation, figure, frame),
                     "track_id": f"{scenario_id}-t{number}",

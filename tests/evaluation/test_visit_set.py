@@ -62,14 +62,13 @@ def test_without_visits_the_casing_visit_stays_low(runs):
 def test_harmless_situations_stay_below_an_alert_and_the_rows_differ(runs):
     harmless = {s.situation_id for s in SITUATIONS if s.kind == HARMLESS}
     with_visits, without = runs[True][1], runs[False][1]
-    assert {sid: with_visits[sid].predicted for sid in harmless if with_visits[sid].predicted != "low"} == {
-        "two_passers_by": "medium"  # measured: two strangers on two cameras within seconds are linked by time alone
-    }
+    # two strangers walking past two cameras at once are linked by time, but nobody stopped: no visit rule fires
+    assert all(with_visits[sid].predicted == "low" for sid in harmless)
     assert all(without[sid].predicted == "low" for sid in harmless)
     on, off = situation_rows(list(with_visits.values())), situation_rows(list(without.values()))
-    assert (on.caught, on.threats, on.false_alarms, on.harmless, on.harmless_above_low) == (4, 4, 0, 6, 1)
+    assert (on.caught, on.threats, on.false_alarms, on.harmless, on.harmless_above_low) == (4, 4, 0, 6, 0)
     assert (off.caught, off.threats, off.false_alarms, off.harmless, off.harmless_above_low) == (2, 4, 0, 6, 0)
-    assert (on.correct, off.correct, on.situations) == (9, 8, 10)
+    assert (on.correct, off.correct, on.situations) == (10, 8, 10)
     assert "recall(high+critical), threats: 4 of 4 (100%)" in on.lines()
 
 

@@ -55,6 +55,7 @@ class TrackSummary(_Model):
     tracked_since: datetime | None = None  # the track's start (Frigate's start_time), maybe before this batch
     tracked_s: float = 0.0  # tracked_since .. the last detection here: its time in view, skipped updates included
     stationary: bool = False  # at its last detection here
+    travel: float = 0.0  # how far its box centre moved from where it was first seen here (normalised frame units)
     attributes: dict[str, float] = Field(default_factory=dict)  # face, license_plate, courier logos: best score
     delivery: str | None = None  # a courier's logo was seen (a uniform or a van: a context, never an identity)
     plates: list[str] = Field(default_factory=list)  # plates read (LPR); known or not is the floor's question

@@ -21,6 +21,7 @@ Choices (documented here because the prompt and the tests rely on them):
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -165,7 +166,10 @@ def _track_facts(members: list[_Det]) -> dict[str, Any]:
             delivery = clean_text(facts["delivery"], 32) or delivery
     since = min(started) if started else None
     last = members[-1]
+    centres = [det.centre for det in members if det.centre is not None]
+    travel = max((math.dist(centres[0], c) for c in centres), default=0.0)
     return {
+        "travel": round(travel, 3),
         "entered_zones": list(dict.fromkeys(entered))[:32],
         "tracked_since": since,
         "tracked_s": round(max(0.0, (last.ts - since).total_seconds()), 1) if since else 0.0,
@@ -185,6 +189,17 @@ def _time_of_day(hour: int) -> Literal["night", "morning", "afternoon", "evening
     if hour < 17:
         return "afternoon"
     return "evening"
+
+
+def _centre(bbox: Any) -> tuple[float, float] | None:
+    """The centre of a normalised [x1, y1, x2, y2] box; None when the record has none (bbox is optional)."""
+    if not isinstance(bbox, (list, tuple)) or len(bbox) != 4:
+        return None
+    numbers = [_number(v) for v in bbox]
+    if any(n is None for n in numbers):
+        return None
+    x1, y1, x2, y2 = (float(n) for n in numbers if n is not None)
+    return (x1 + x2) / 2, (y1 + y2) / 2
 
 
 def _number(value: Any) -> float | None:
@@ -209,6 +224,7 @@ class _Det:
         "fast_path",
         "enrichment",
         "frigate",
+        "centre",
     )
 
     def __init__(self, raw: Mapping[str, Any], fast_labels: frozenset[str], fast_confidence: float):
@@ -224,6 +240,7 @@ class _Det:
         self.enrichment: Mapping[str, Any] = enrichment if isinstance(enrichment, Mapping) else {}
         frigate = self.enrichment.get("frigate")
         self.frigate: Mapping[str, Any] = frigate if isinstance(frigate, Mapping) else {}
+        self.centre = _centre(raw.get("bbox"))
         # Frigate's zone lists (the `zone` text joins them for display); a record from elsewhere has its one zone
         if "current_zones" in self.frigate or "entered_zones" in self.frigate:
             self.zones = _names(self.frigate.get("current_zones"))

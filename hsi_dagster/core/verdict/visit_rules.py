@@ -6,7 +6,8 @@ zones reached); never free text.
 
 rule               | fires when (a person not known, at night: EvidenceRules.is_night of the sighting's local hour)
 -------------------|-------------------------------------------------------------------------------------------------
-cameras            | seen on 2 cameras of one visit -> 45 medium; on 3 or more -> 70 high
+cameras            | seen on 2 cameras of one visit -> 45 medium; on 3 or more -> 70 high; none of these rules
+                   | fires for a visit whose people not known only walked across every view (Sighting.passing)
 reached after      | reached an entry or private zone on a camera after another camera of the visit -> 70 high
 visit tonight      | an earlier visit of a person not known at night within EARLIER_WINDOW (the same night), and this
                    | visit or that one covered 2+ cameras or reached an entry or private zone -> 70 high
@@ -118,7 +119,7 @@ def visit_level(
     within EARLIER_WINDOW before it) and the visits sharing a plate or name over the last NIGHTS_WINDOW
     (`other_nights`; () when a household exception covers the pattern): 0 low when no visit rule fires."""
     night_facts = _at_night(facts, rules)
-    stops = night_facts.unknown_stops
+    stops = night_facts.unknown_stops if night_facts.stopped else ()  # only walked past: no visit rule
     fired: list[tuple[int, str]] = []  # (score, text with its "who" suffix)
     repeated = repeat_nights(facts, other_nights, rules) if other_nights else None
     if repeated is not None:
@@ -142,7 +143,7 @@ def visit_level(
             other
             for other in (_at_night(e, rules) for e in earlier)
             if other.visit_id != facts.visit_id
-            and other.unknown_sightings
+            and other.stopped  # someone who stopped: a passer-by earlier tonight is no first visit
             and (_substantial(other) or _substantial(night_facts))
         ]
         if tonight:

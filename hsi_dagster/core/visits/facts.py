@@ -53,6 +53,12 @@ class VisitFacts:
         return tuple(seen.values())
 
     @property
+    def stopped(self) -> bool:
+        """A person not known stopped somewhere in the visit (did not only walk across every view): people walking
+        along the street past two cameras at once, or one passer-by on both, make no visit worth a level."""
+        return any(not s.passing for s in self.unknown_sightings)
+
+    @property
     def unknown_minutes(self) -> int:
         """Whole minutes from the first to the last sighting of a person not known (rounded up, at least 1)."""
         if not self.unknown_sightings:

@@ -1,5 +1,5 @@
 """What one batch adds to a visit: who was seen on which camera, when (UTC and the camera's local time), whether a
-person not known reached an entry or private zone, and the longest stand-still.
+person not known reached an entry or private zone, the longest stand-still, and whether they only walked past.
 
 Pure code (no Dagster, DuckDB or I/O). Read only from closed-vocabulary, recogniser-made facts of the enriched
 context (detector labels, track times and zones, `reid` readings, plates read by LPR), as the evidence floor reads
@@ -25,6 +25,9 @@ VEHICLES = frozenset({"car", "truck", "bus", "motorcycle", "bicycle", "van", "ve
 # A re-id reading's "identity" that names nobody: never a link between two sightings ("same unknown" is no one).
 PLACEHOLDER_IDENTITIES = frozenset({"", "unknown", "none", "null", "person", "stranger", "unidentified", "?"})
 MAX_NAMES = 16  # identities or plates kept per sighting: a street party of a hundred tracks stays bounded
+# A person walking past crosses the view: the box centre moves a quarter of the frame or more while the track lasts;
+# one who stops to look at the house shifts a few hundredths. Passing by is not a stop (core/visits/facts.py).
+PASSING_TRAVEL = 0.25
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Sighting:
     longest_still_s: float = 0.0  # the longest dwell of a person not known here
     still_zone: str | None = None  # where (its first zone), None: no zone known
     vehicle_on_property: bool = False  # a vehicle not the household's on an entry or private zone (the driveway)
+    passing: bool = False  # every person not known here walked across the view (no stop, no entry or private zone)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (not dataclasses.asdict: its deep copy was most of a link's time)."""
@@ -136,6 +140,7 @@ def sighting_of(
     reached_private: set[str] = set()
     still_s, still_zone = 0.0, None
     on_property = False
+    walkers = 0
     for track in context.detections.tracks:
         if track.max_confidence < min_confidence:
             continue
@@ -163,6 +168,9 @@ def sighting_of(
         zones = set(track.zones) | set(track.entered_zones)
         reached_entry |= zones & entry
         reached_private |= zones & private
+        if track.travel >= PASSING_TRAVEL and not track.stationary:
+            walkers += 1
+            continue  # walking, not standing still
         dwell = max(track.dwell_s, track.tracked_s)
         if dwell > still_s:
             still_s, still_zone = dwell, (sorted(track.zones)[0] if track.zones else None)
@@ -198,4 +206,5 @@ def sighting_of(
         longest_still_s=round(still_s, 1),
         still_zone=still_zone,
         vehicle_on_property=on_property,
+        passing=unknown > 0 and walkers == unknown and not (reached_entry or reached_private),
     )

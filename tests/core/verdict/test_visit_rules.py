@@ -5,6 +5,7 @@ same plate or name on a second night of the week is medium, on a third high."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hsi_dagster.core.verdict.evidence import EvidenceRules, Floor
@@ -58,6 +59,17 @@ def test_harmless_visits_fire_nothing():
     one_camera = level_of(sighting("front_door", LONDON_NIGHT), sighting("front_door", LONDON_NIGHT + 2 * MIN))
     assert [postman.score, resident.score, one_camera.score] == [0, 0, 0]
     assert postman.reasons == resident.reasons == one_camera.reasons == ()
+
+
+def test_people_who_only_walked_past_fire_nothing_until_one_stops():
+    """Two strangers walking along the street past two (three) cameras at night: no visit rule; one who walked past
+    the front door and then stopped by the driveway makes the two-camera visit medium, as before."""
+    walk = [
+        replace(sighting(c, LONDON_NIGHT + n * MIN), passing=True) for n, c in enumerate(("front", "drive", "gate"))
+    ]
+    assert level_of(*walk[:2]).score == level_of(*walk).score == 0
+    stopped = level_of(walk[0], sighting("drive", LONDON_NIGHT + 2 * MIN))
+    assert stopped.score == 45 and "second camera in 3 minutes" in stopped.reasons[0]
 
 
 def test_a_batch_starts_from_its_visits_level():

@@ -31,13 +31,16 @@ def context_of(
     profile: CameraProfile | None = None,
     enrichment: dict[str, Any] | None = None,
     batch_id: str | None = None,
+    walk: float = 0.0,
 ) -> EnrichedContext:
+    """`walk`: how far the box moves across the frame over the frames (0: standing still)."""
     detections = [
         {
             "detection_id": f"{camera}-{track}-{n}",
             "ts": (start + timedelta(seconds=n * step_s)).isoformat(),
             "label": label,
             "confidence": confidence,
+            "bbox": [0.1 + walk * n / max(1, frames - 1), 0.2, 0.3 + walk * n / max(1, frames - 1), 0.9],
             "zone": zone,
             "track_id": track,
             "enrichment": enrichment or {},

@@ -83,3 +83,15 @@ def test_a_street_party_of_a_hundred_tracks_is_one_bounded_sighting():
     seen = sighting_of(build_context(batch, detections, quality_level="full", clip_noise_threshold=0.2), None)
     assert seen is not None and seen.unknown_people == 100
     assert len(seen.identities) == 16 and seen.identities[0] == "guest-0"
+
+
+def test_a_stranger_walking_across_the_view_is_passing_one_who_stops_is_not():
+    """The box centre moving half the frame is a walk past; a few hundredths is someone standing to look. A walker
+    on an entry zone is no passer-by (they came to the door)."""
+    walker = sighting_of(context_of("front_door", LONDON_NIGHT, walk=0.5), None)
+    looker = sighting_of(context_of("front_door", LONDON_NIGHT, walk=0.02), None)
+    assert walker is not None and walker.passing and walker.longest_still_s == 0.0
+    assert looker is not None and not looker.passing and looker.longest_still_s == 15.0
+    profile = CameraProfile(camera_id="front_door", zones=["porch"], entry_zones=["porch"])
+    at_door = sighting_of(context_of("front_door", LONDON_NIGHT, zone="porch", walk=0.5, profile=profile), profile)
+    assert at_door is not None and not at_door.passing and at_door.entry_zones == ("porch",)
