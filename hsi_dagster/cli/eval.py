@@ -10,7 +10,9 @@ evaluated earlier (same --db) is compared with today's.
 
 `--set frigate` runs the Frigate-shaped set instead (evaluation/frigate_set.py: Frigate's MQTT payloads through the
 real mapping and batching, no camera profiles unless --camera-profiles; one result per scene, its highest batch),
-stored as `frigate.<configuration>` and reported apart from the project's set.
+stored as `frigate.<configuration>` and reported apart from the project's set. `--inputs frigate` runs the project's
+set with only what a Frigate install sends (core/evaluation/frigate_inputs.py), stored as
+`<configuration>.frigate-inputs`.
 """
 
 from __future__ import annotations
@@ -84,6 +86,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         default="project",
         help="labeled set: the project's (default) or the Frigate-shaped one (MQTT payloads through the real Frigate "
         "mapping and batching, no camera profiles; judged per scene by its highest batch)",
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=["enriched", "frigate"],
+        default="enriched",
+        help="the project's set as written (default), or cut to what a Frigate install sends (detector record, "
+        "recognised face/plate, plate, GenAI-like caption; no action, pose, violence, clothing, scene...)",
     )
     parser.add_argument(
         "--camera-profiles",
@@ -169,6 +178,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         FRIGATE_SET,
         configurations_for,
         floor_configurations,
+        for_inputs,
         for_set,
         set_of,
     )
@@ -188,6 +198,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     profiles: dict[str, CameraProfile] | None = None
     if args.camera_profiles and args.set != "frigate":
         raise UsageError("--camera-profiles goes with --set frigate (the project's set has its own profiles)")
+    if args.inputs != "enriched" and args.set == "frigate":
+        raise UsageError("--inputs goes with the project's set (the Frigate-shaped set is Frigate's own input)")
     if args.set == "frigate":
         profiles = {}
         if args.camera_profiles:
@@ -237,7 +249,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     prefix = "" if frigate is None else f"{FRIGATE_SET}.profiles" if args.camera_profiles else FRIGATE_SET
-    configurations = for_set(configurations, prefix)
+    configurations = for_inputs(for_set(configurations, prefix), args.inputs)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
@@ -338,10 +350,18 @@ def run_household(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
     from hsi_dagster.resources.llm import LlamaServerResource
 
-    if args.scenarios or args.scenario or args.split or args.limit or args.history != "off" or args.quality_level:
+    if (
+        args.scenarios
+        or args.scenario
+        or args.split
+        or args.limit
+        or args.history != "off"
+        or args.quality_level
+        or args.inputs != "enriched"
+    ):
         raise UsageError(
             "--household replays the stored contexts: leave out --scenarios, --scenario, --split, --limit, "
-            "--history and --quality-level"
+            "--history, --quality-level and --inputs"
         )
     if not Path(settings.HSI_DUCKDB_PATH).exists():
         raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: no corrections to replay")

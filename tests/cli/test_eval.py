@@ -89,6 +89,27 @@ def test_floor_only_on_the_frigate_set_reports_scenes_and_keeps_the_sets_apart(
     assert "--camera-profiles goes with --set frigate" in capsys.readouterr().err
 
 
+def test_frigate_like_inputs_are_stored_apart_and_lose_what_only_enrichment_saw(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`--inputs frigate`: the project's scenarios cut to what Frigate sends. A resident turning violent at the door
+    (s084) is critical on the violence and action models; with Frigate's inputs only the recognised face is left."""
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    picked = ["--scenario", "s084", "--scenario", "s001"]
+    assert main(["eval", "--db", str(db), "--floor-only", *picked, "--out", str(out)]) == 0
+    assert main(["eval", "--db", str(db), "--floor-only", "--inputs", "frigate", *picked, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "floor.full.frigate-inputs (evidence floor): level accuracy" in printed
+    with connect(str(db), read_only=True) as conn:
+        enriched = {r.scenario_id: r.risk_level for r in load_results(conn, "floor.full")}
+        frigate = {r.scenario_id: r.risk_level for r in load_results(conn, "floor.full.frigate-inputs")}
+    assert enriched == {"s084": "critical", "s001": "low"} and frigate == {"s084": "low", "s001": "low"}
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| floor.full.frigate-inputs |" in report and "| floor.full |" in report
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--inputs", "frigate"]) == 2
+    assert "--inputs goes with the project's set" in capsys.readouterr().err
+
+
 def test_frigate_set_with_the_profiles_hsi_frigate_proposes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     profiles, db = tmp_path / "proposed.yaml", tmp_path / "e.duckdb"
     config = str(FRIGATE_EVAL_DIR / "frigate.yaml")
