@@ -195,3 +195,28 @@ def test_a_model_pass_on_the_frigate_set(
     assert stored.llm_calls >= 1 and stored.prompt_tokens > 0 and stored.risk_level == "critical"
     report = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "| frigate.smol.minimal.with-floor |" in report and "| frigate.floor.minimal |" in report
+
+
+def test_a_model_pass_on_frigate_like_inputs_stores_no_trust(
+    llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--inputs frigate` with the real server: the pass's three configurations carry `.frigate-inputs`, and no trust
+    is stored for the model (trust is measured on the project's set as written; the fingerprint has no inputs)."""
+    monkeypatch.setenv("NEMOTRON_MAX_OUTPUT_TOKENS", "768")
+    monkeypatch.setenv("LLM_READ_TIMEOUT_SECONDS", "900")
+    monkeypatch.setenv("CTX_SIZE", "8192")
+    db = tmp_path / "e.duckdb"
+    code = main(
+        ["eval", "--db", str(db), "--inputs", "frigate", "--endpoint", llama_server.url, "--quality-level", "minimal"]
+        + ["--label", "smol", "--scenario", "s001", "--out", str(tmp_path / "report")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    from hsi_dagster.storage.trust import measured_trust
+
+    names = ("smol.minimal.frigate-inputs", "smol.minimal.frigate-inputs.with-floor", "floor.minimal.frigate-inputs")
+    with connect(str(db), read_only=True) as conn:
+        rows = {name: load_results(conn, name) for name in names}
+        assert measured_trust(conn) == []
+    assert all([r.scenario_id for r in found] == ["s001"] for found in rows.values()), rows
+    assert rows["smol.minimal.frigate-inputs.with-floor"][0].llm_calls >= 1
