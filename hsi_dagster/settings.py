@@ -217,6 +217,13 @@ class HsiSettings(BaseSettings):
     # --- batching (contract section 2) ---
     BATCH_WINDOW_SECONDS: float = Field(90.0, gt=0)
     BATCH_IDLE_TIMEOUT_SECONDS: float = Field(30.0, gt=0)
+    BATCH_TRACK_HOLD_SECONDS: float = Field(
+        65.0,
+        ge=0,
+        le=3600,
+        description="A tracked object its source still reports (Frigate: no end yet) keeps its batch open this long "
+        "after its latest detection, up to the window (Frigate updates a standing object once a minute); 0 = off.",
+    )
     FAST_PATH_LABELS: Annotated[tuple[str, ...], NoDecode] = ("person",)
     FAST_PATH_CONFIDENCE: float = Field(0.90, ge=0, le=1)
 

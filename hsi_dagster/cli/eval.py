@@ -16,6 +16,8 @@ stored as `frigate.<configuration>` and reported apart from the project's set.
 each, all on the holdout split), with and without visits (`--visits`, default both: `visits.floor.full` and
 `visits.floor.full.visits`), one result per situation (its highest batch), recall over the threats and false alarms
 over the harmless situations in their own rows. `--visits on|both` adds `.visits` passes to the other sets too.
+`--inputs frigate` runs the project's set with only what a Frigate install sends (core/evaluation/frigate_inputs.py),
+stored as `<configuration>.frigate-inputs`.
 """
 
 from __future__ import annotations
@@ -96,6 +98,13 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["off", "on", "both"],
         help="link each set's batches into visits and raise each floor by its visit (evaluation/visit_floors.py); "
         "both: a pass with and one without (default: both for --set visits, off otherwise)",
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=["enriched", "frigate"],
+        default="enriched",
+        help="the project's set as written (default), or cut to what a Frigate install sends (detector record, "
+        "recognised face/plate, plate, GenAI-like caption; no action, pose, violence, clothing, scene...)",
     )
     parser.add_argument(
         "--camera-profiles",
@@ -213,6 +222,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         VISITS_SET,
         configurations_for,
         floor_configurations,
+        for_inputs,
         for_set,
         set_of,
     )
@@ -232,6 +242,8 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
     profiles: dict[str, CameraProfile] | None = None
     if args.camera_profiles and args.set != "frigate":
         raise UsageError("--camera-profiles goes with --set frigate (the project's set has its own profiles)")
+    if args.inputs != "enriched" and args.set != "project":
+        raise UsageError("--inputs goes with the project's set (the other sets are written as their own input)")
     visit_set = args.set == "visits"
     if visit_set:
         if args.scenarios or args.limit is not None or args.camera_profiles:
@@ -310,7 +322,7 @@ def run_eval(args: argparse.Namespace, settings: HsiSettings) -> int:
         raise UsageError(str(exc)) from None
     prefix = "" if frigate is None else f"{FRIGATE_SET}.profiles" if args.camera_profiles else FRIGATE_SET
     prefix = VISITS_SET if visit_set else prefix
-    configurations = for_set(configurations, prefix)
+    configurations = for_inputs(for_set(configurations, prefix), args.inputs)
     duckdb = HsiDuckDBResource.from_settings(settings)
     llm = None if args.floor_only else LlamaServerResource.from_settings(settings, settings.api_key)
 
@@ -424,10 +436,18 @@ def run_household(args: argparse.Namespace, settings: HsiSettings) -> int:
     from hsi_dagster.resources import HsiDuckDBResource, PipelineSettingsResource
     from hsi_dagster.resources.llm import LlamaServerResource
 
-    if args.scenarios or args.scenario or args.split or args.limit or args.history != "off" or args.quality_level:
+    if (
+        args.scenarios
+        or args.scenario
+        or args.split
+        or args.limit
+        or args.history != "off"
+        or args.quality_level
+        or args.inputs != "enriched"
+    ):
         raise UsageError(
             "--household replays the stored contexts: leave out --scenarios, --scenario, --split, --limit, "
-            "--history and --quality-level"
+            "--history, --quality-level and --inputs"
         )
     if not Path(settings.HSI_DUCKDB_PATH).exists():
         raise UsageError(f"no database at {settings.HSI_DUCKDB_PATH}: no corrections to replay")

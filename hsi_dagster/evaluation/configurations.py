@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hsi_dagster.core.context.enrichment import QUALITY_LEVEL_TYPES
+from hsi_dagster.core.evaluation.frigate_inputs import INPUTS
 
 QUALITY_LEVELS: tuple[str, ...] = ("full", "standard", "minimal")  # core.context.sections.QUALITY_LEVELS, richest first
 SCHEMAS: tuple[str, ...] = ("plain", "rubric")  # core.prompt.risk_schema.PLAIN / RUBRIC
@@ -36,6 +37,7 @@ class EvalConfiguration:
     llm: bool = True  # False: the evidence floor alone, no server
     scenario_set: str = ""  # "" the project's set; "frigate" / "visits" the others (their names start `<set>.`)
     visits: bool = False  # batches linked into visits and each floor raised by its visit (evaluation/visit_floors.py)
+    inputs: str = "enriched"  # "frigate": the scenarios' detections cut to what Frigate sends (`.frigate-inputs`)
 
     def __post_init__(self) -> None:
         if self.quality_level not in QUALITY_LEVEL_TYPES:
@@ -43,6 +45,8 @@ class EvalConfiguration:
                 f"configuration {self.name!r}: quality level {self.quality_level!r} is not one of "
                 f"{sorted(QUALITY_LEVEL_TYPES)}"
             )
+        if self.inputs not in INPUTS:
+            raise ValueError(f"configuration {self.name!r}: inputs {self.inputs!r} is not one of {INPUTS}")
         if self.schema not in SCHEMAS:
             raise ValueError(f"configuration {self.name!r}: schema {self.schema!r} is not one of {SCHEMAS}")
         if not self.name or _KEY_CHARS.search(self.name):
@@ -62,6 +66,7 @@ class EvalConfiguration:
         return (
             f"{prefix}floor.{self.quality_level}"
             + (".history" if self.history else "")
+            + inputs_suffix(self.inputs)
             + (VISITS_SUFFIX if self.visits else "")
         )
 
@@ -137,6 +142,19 @@ def floor_configurations(
         for hist in dict.fromkeys(history)
         for vis in dict.fromkeys(visits)
     ]
+
+
+def inputs_suffix(inputs: str) -> str:
+    """How a configuration's stored name says its inputs: nothing for the set as written, `.frigate-inputs`."""
+    return "" if inputs == "enriched" else f".{inputs}-inputs"
+
+
+def for_inputs(configurations: Sequence[EvalConfiguration], inputs: str) -> list[EvalConfiguration]:
+    """The same passes on the scenarios cut to `inputs` (core/evaluation/frigate_inputs.py), each stored name
+    suffixed (`floor.full.frigate-inputs`, `<label>.full.frigate-inputs`): never mixed with the enriched runs."""
+    if inputs == "enriched":
+        return list(configurations)
+    return [replace(c, name=c.name + inputs_suffix(inputs), inputs=inputs) for c in configurations]
 
 
 FRIGATE_SET = "frigate"  # the Frigate-shaped set's prefix (`frigate.` and `frigate.profiles.` names)

@@ -197,6 +197,8 @@ def _description(configuration: EvalConfiguration, name: str) -> str:
         extra.append("history facts from the scenarios")
     if configuration.visits:
         extra.append("batches linked into visits, each floor raised by its visit")
+    if configuration.inputs != "enriched":
+        extra.append(f"{configuration.inputs}-like inputs (core/evaluation/frigate_inputs.py)")
     return "; ".join([DESCRIPTIONS[kind], *extra])
 
 
@@ -217,7 +219,7 @@ def evaluate_and_store(
     figures of each configuration it yields and their kappa against every other stored configuration.
     `combine` (the Frigate-shaped set: batches -> one result per labeled scene) turns each configuration's results
     into the ones stored and measured, after the pass; the trust sweep is then not stored (it is the project's set's
-    measurement)."""
+    measurement, with its inputs as written: a pass on Frigate-like inputs stores none either)."""
     target = _llm_for(configuration, llm) if llm is not None and configuration.llm else None
     endpoint = "none" if target is None else configuration.endpoint or ",".join(target.urls)
     fingerprint: ModelFingerprint | None = None
@@ -273,7 +275,7 @@ def evaluate_and_store(
             finish_run(conn, figures[name], [r.scenario_id for r in results], agreement)
         compared = [c for c in stored_configurations(conn) if set_of(c) == same_set]
     measurement = None
-    if target is not None and combine is None:
+    if target is not None and combine is None and configuration.inputs == "enriched":
         with_floor = run.results.get(configuration.with_floor_name, [])
         measurement = measure_trust(with_floor, fingerprint, applied, duckdb, configuration.name)
     return StoredRun(run, figures, compared, endpoint, measurement)

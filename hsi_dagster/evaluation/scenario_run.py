@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from hsi_dagster.core.context.camera_profiles import CameraProfile
 from hsi_dagster.core.context.context_models import EnrichedContext
 from hsi_dagster.core.context.history import HistoryFacts
+from hsi_dagster.core.evaluation.frigate_inputs import frigate_like
 from hsi_dagster.core.evaluation.metrics import ScenarioResult
 from hsi_dagster.core.evaluation.scenario_history import history_facts_from_json
 from hsi_dagster.core.prompt.budget import PromptTooLarge
@@ -63,9 +64,10 @@ def prepare_scenario(
 ) -> PreparedScenario:
     """Production's context, floor and budget steps for one scenario (`estimate_budget` None: no prompt needed)."""
     profile = profiles.get(scenario.camera_id)
+    detections = frigate_like(scenario.detections) if configuration.inputs == "frigate" else scenario.detections
     context = context_for_batch(
         scenario.batch,
-        scenario.detections,
+        detections,
         settings,
         camera_profile=profile,
         quality_level=configuration.quality_level,

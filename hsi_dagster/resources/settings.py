@@ -41,6 +41,7 @@ class PipelineSettingsResource(dg.ConfigurableResource):
     # Batch windows (contract section 2)
     BATCH_WINDOW_SECONDS: float
     BATCH_IDLE_TIMEOUT_SECONDS: float
+    BATCH_TRACK_HOLD_SECONDS: float
     FAST_PATH_LABELS: list[str]
     FAST_PATH_CONFIDENCE: float
     # Ingest bounds (contract section 6)

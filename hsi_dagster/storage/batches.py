@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from hsi_dagster.core.frigate.mapping import tracking_after
 from hsi_dagster.core.intake.batching import (
     OPEN,
     Batch,
@@ -55,10 +56,13 @@ def _utc(as_of: datetime) -> datetime:
 
 
 def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[str] | None = None) -> list[DetectionRef]:
-    """Unassigned detections with ts <= as_of (ts fetched as integer microseconds: no per-row tz conversion)."""
+    """Unassigned detections with ts <= as_of (ts fetched as integer microseconds: no per-row tz conversion), with
+    their track and whether its source still tracks it (a Frigate MQTT event's type: `tracking_after`)."""
     sql = (
-        "SELECT detection_id, camera_id, epoch_us(ts) AS us, label, confidence FROM detections "
-        "WHERE batch_id IS NULL AND ts <= $as_of"
+        "SELECT detection_id, camera_id, epoch_us(ts) AS us, label, confidence, track_id, "
+        "CASE WHEN json_extract_string(enrichment, '$.frigate.source') = 'mqtt' "
+        "THEN json_extract_string(enrichment, '$.frigate.type') END AS frigate_type "
+        "FROM detections WHERE batch_id IS NULL AND ts <= $as_of"
     )
     params: dict[str, Any] = {"as_of": as_of}
     if cameras is not None:
@@ -67,16 +71,19 @@ def _refs(conn: duckdb.DuckDBPyConnection, as_of: datetime, cameras: Sequence[st
         sql += " AND list_contains($cameras, camera_id)"
         params["cameras"] = list(cameras)
     columns = conn.execute(sql, params).fetchnumpy()
-    us = columns["us"].tolist()
+    names = ("detection_id", "camera_id", "us", "label", "confidence", "track_id", "frigate_type")
     return [
-        DetectionRef(detection_id, camera_id, EPOCH + timedelta(microseconds=micros), label, confidence)
-        for detection_id, camera_id, micros, label, confidence in zip(
-            columns["detection_id"].tolist(),
-            columns["camera_id"].tolist(),
-            us,
-            columns["label"].tolist(),
-            columns["confidence"].tolist(),
-            strict=True,
+        DetectionRef(
+            detection_id,
+            camera_id,
+            EPOCH + timedelta(microseconds=micros),
+            label,
+            confidence,
+            track_id,
+            tracking_after(frigate_type),
+        )
+        for detection_id, camera_id, micros, label, confidence, track_id, frigate_type in zip(
+            *(columns[name].tolist() for name in names), strict=True
         )
     ]
 

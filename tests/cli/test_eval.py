@@ -231,3 +231,49 @@ def test_a_model_pass_on_the_visit_set(
     assert stored.scenario_id == "casing_visit" and stored.llm_calls >= 1 and stored.prompt_tokens > 0
     assert floor.risk_level == "high" and stored.risk_level in ("high", "critical")
     assert floor.floor_reasons[0].startswith("visit visit:eval:casing_visit.b1: third camera in 6 minutes")
+
+
+def test_frigate_like_inputs_are_stored_apart_and_lose_what_only_enrichment_saw(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`--inputs frigate`: the project's scenarios cut to what Frigate sends. A resident turning violent at the door
+    (s084) is critical on the violence and action models; with Frigate's inputs only the recognised face is left."""
+    db, out = tmp_path / "e.duckdb", tmp_path / "report"
+    picked = ["--scenario", "s084", "--scenario", "s001"]
+    assert main(["eval", "--db", str(db), "--floor-only", *picked, "--out", str(out)]) == 0
+    assert main(["eval", "--db", str(db), "--floor-only", "--inputs", "frigate", *picked, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "floor.full.frigate-inputs (evidence floor): level accuracy" in printed
+    with connect(str(db), read_only=True) as conn:
+        enriched = {r.scenario_id: r.risk_level for r in load_results(conn, "floor.full")}
+        frigate = {r.scenario_id: r.risk_level for r in load_results(conn, "floor.full.frigate-inputs")}
+    assert enriched == {"s084": "critical", "s001": "low"} and frigate == {"s084": "low", "s001": "low"}
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "| floor.full.frigate-inputs |" in report and "| floor.full |" in report
+    assert main(["eval", "--db", str(db), "--set", "frigate", "--floor-only", "--inputs", "frigate"]) == 2
+    assert "--inputs goes with the project's set" in capsys.readouterr().err
+
+
+def test_a_model_pass_on_frigate_like_inputs_stores_no_trust(
+    llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--inputs frigate` with the real server: the pass's three configurations carry `.frigate-inputs`, and no trust
+    is stored for the model (trust is measured on the project's set as written; the fingerprint has no inputs)."""
+    monkeypatch.setenv("NEMOTRON_MAX_OUTPUT_TOKENS", "768")
+    monkeypatch.setenv("LLM_READ_TIMEOUT_SECONDS", "900")
+    monkeypatch.setenv("CTX_SIZE", "8192")
+    db = tmp_path / "e.duckdb"
+    code = main(
+        ["eval", "--db", str(db), "--inputs", "frigate", "--endpoint", llama_server.url, "--quality-level", "minimal"]
+        + ["--label", "smol", "--scenario", "s001", "--out", str(tmp_path / "report")]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    from hsi_dagster.storage.trust import measured_trust
+
+    names = ("smol.minimal.frigate-inputs", "smol.minimal.frigate-inputs.with-floor", "floor.minimal.frigate-inputs")
+    with connect(str(db), read_only=True) as conn:
+        rows = {name: load_results(conn, name) for name in names}
+        assert measured_trust(conn) == []
+    assert all([r.scenario_id for r in found] == ["s001"] for found in rows.values()), rows
+    assert rows["smol.minimal.frigate-inputs.with-floor"][0].llm_calls >= 1

@@ -234,6 +234,12 @@ def event_changes(kind: str, before: Any, after: Mapping[str, Any]) -> tuple[str
     return tuple(changes)
 
 
+def tracking_after(event_type: str | None) -> bool | None:
+    """Whether Frigate still tracks the object after a detection of this MQTT event type (batching's track hold):
+    yes after `new`/`update`, no after `end`, unsaid for a description (or any other source)."""
+    return {"new": True, "update": True, "end": False}.get(event_type or "")
+
+
 def _contract_record(
     detection_id: str,
     ts: str,

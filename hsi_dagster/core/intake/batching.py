@@ -2,9 +2,12 @@
 
 Rules, per camera, over detections ordered by (ts, detection_id):
 - a regular batch opens at the first detection not yet in a batch (`started_at = ts`);
-- a detection joins it iff `ts - started_at < window` AND `ts - last_ts < idle` (strict), else it closes the
-  batch and opens the next one;
-- `closes_at = min(started_at + window, last_ts + idle)`, `close_reason` = `window` on a tie;
+- a detection joins it iff `ts - started_at < window` AND `ts < idle_until` (strict), else it closes the batch and
+  opens the next one; `idle_until = last_ts + idle`, or later while the batch holds a tracked object its source
+  still reports (`tracking` True, e.g. a Frigate `new`/`update`): `held_ts + track_hold`, `held_ts` the latest
+  detection of such a track (its `end`, `tracking` False, releases it). Frigate reports a stationary object once
+  a minute, so a person standing at the door stays one batch up to the window instead of one per update;
+- `closes_at = min(started_at + window, idle_until)`, `close_reason` = `window` on a tie, else `idle`;
 - a fast-path detection (label in FAST_PATH_LABELS, confidence >= FAST_PATH_CONFIDENCE) is a batch of its own,
   closed at its ts, and neither joins, extends nor closes the regular batch.
 No DuckDB and no Dagster here: `hsi_dagster.storage.batches` feeds it rows and records the results.
@@ -34,6 +37,8 @@ class DetectionRef:
     ts: datetime
     label: str
     confidence: float
+    track_id: str | None = None
+    tracking: bool | None = None  # the source still tracks the object after this (True), ended it (False), or None
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,13 @@ class BatchRules:
     idle_timeout_seconds: float = 30
     fast_path_labels: frozenset[str] = frozenset({"person"})
     fast_path_confidence: float = 0.90
+    track_hold_seconds: float = 65  # Frigate updates a tracked object at least once a minute; 0 = no hold
 
     def __post_init__(self) -> None:
         if not self.window_seconds > 0 or not self.idle_timeout_seconds > 0:
             raise ValueError("window_seconds and idle_timeout_seconds must be > 0")
+        if not self.track_hold_seconds >= 0:
+            raise ValueError("track_hold_seconds must be >= 0")
         object.__setattr__(self, "fast_path_labels", frozenset(self.fast_path_labels))
 
     @classmethod
@@ -57,6 +65,7 @@ class BatchRules:
             idle_timeout_seconds=float(settings.BATCH_IDLE_TIMEOUT_SECONDS),
             fast_path_labels=frozenset(settings.FAST_PATH_LABELS),
             fast_path_confidence=float(settings.FAST_PATH_CONFIDENCE),
+            track_hold_seconds=float(settings.BATCH_TRACK_HOLD_SECONDS),
         )
 
     @property
@@ -66,6 +75,10 @@ class BatchRules:
     @property
     def idle(self) -> timedelta:
         return timedelta(seconds=self.idle_timeout_seconds)
+
+    @property
+    def track_hold(self) -> timedelta:
+        return timedelta(seconds=self.track_hold_seconds)
 
     def is_fast_path(self, detection: DetectionRef) -> bool:
         return detection.label in self.fast_path_labels and detection.confidence >= self.fast_path_confidence
@@ -130,15 +143,50 @@ def _sort_key(detection: DetectionRef) -> tuple[datetime, str]:
     return (detection.ts, detection.detection_id)
 
 
-def _make_batch(
-    members: list[DetectionRef], window: timedelta, idle: timedelta, *, fast_path: bool, trailing: bool
-) -> Batch:
-    first, last = members[0], members[-1]
-    if fast_path:
-        closes_at, reason = first.ts, CLOSE_FAST_PATH
-    else:
-        by_window, by_idle = first.ts + window, last.ts + idle
+class _OpenBatch:
+    """The regular batch being filled: its members, and the tracks it holds open (track -> latest report)."""
+
+    def __init__(self, first: DetectionRef, rules: BatchRules) -> None:
+        self.rules = rules
+        self.members: list[DetectionRef] = []
+        self.started = first.ts
+        self.last = first.ts
+        self.held: dict[str, datetime] = {}  # tracks still reported: their latest detection here
+        self.ended: dict[str, datetime] = {}  # tracks whose end is here: a report at the same instant is no hold
+        self.add(first)
+
+    def add(self, detection: DetectionRef) -> None:
+        self.members.append(detection)
+        self.last = detection.ts
+        track = detection.track_id
+        if track is None or detection.tracking is None:
+            return
+        if detection.tracking is False:
+            self.ended[track] = max(detection.ts, self.ended.get(track, detection.ts))
+            self.held.pop(track, None)
+        elif track not in self.ended or detection.ts > self.ended[track]:
+            self.ended.pop(track, None)
+            self.held[track] = detection.ts
+
+    @property
+    def idle_until(self) -> datetime:
+        """`last_ts + idle`, later while a still-reported track's next report is due (module docstring)."""
+        until = self.last + self.rules.idle
+        if self.held and self.rules.track_hold_seconds > 0:
+            until = max(until, max(self.held.values()) + self.rules.track_hold)
+        return until
+
+    def admits(self, detection: DetectionRef) -> bool:
+        return detection.ts - self.started < self.rules.window and detection.ts < self.idle_until
+
+    def batch(self, *, trailing: bool) -> Batch:
+        by_window, by_idle = self.started + self.rules.window, self.idle_until
         closes_at, reason = (by_window, CLOSE_WINDOW) if by_window <= by_idle else (by_idle, CLOSE_IDLE)
+        return _batch(self.members, closes_at, reason, trailing=trailing)
+
+
+def _batch(members: list[DetectionRef], closes_at: datetime, reason: str, *, trailing: bool) -> Batch:
+    first, last = members[0], members[-1]
     return Batch(
         batch_id=make_batch_id(first.camera_id, first),
         camera_id=first.camera_id,
@@ -153,25 +201,20 @@ def _make_batch(
 
 
 def _camera_batches(detections: list[DetectionRef], rules: BatchRules) -> list[Batch]:
-    window, idle = rules.window, rules.idle
-    fast_labels, fast_confidence = rules.fast_path_labels, rules.fast_path_confidence
     batches: list[Batch] = []
-    current: list[DetectionRef] = []
-    started = last = None
+    current: _OpenBatch | None = None
     for detection in detections:
-        if detection.label in fast_labels and detection.confidence >= fast_confidence:
-            batches.append(_make_batch([detection], window, idle, fast_path=True, trailing=False))
+        if rules.is_fast_path(detection):
+            batches.append(_batch([detection], detection.ts, CLOSE_FAST_PATH, trailing=False))
             continue
-        ts = detection.ts
-        if current and ts - started < window and ts - last < idle:  # type: ignore[operator]
-            current.append(detection)
-            last = ts
+        if current is not None and current.admits(detection):
+            current.add(detection)
             continue
-        if current:
-            batches.append(_make_batch(current, window, idle, fast_path=False, trailing=False))
-        current, started, last = [detection], ts, ts
-    if current:
-        batches.append(_make_batch(current, window, idle, fast_path=False, trailing=True))
+        if current is not None:
+            batches.append(current.batch(trailing=False))
+        current = _OpenBatch(detection, rules)
+    if current is not None:
+        batches.append(current.batch(trailing=True))
     return batches
 
 

@@ -23,13 +23,35 @@ from hsi_dagster.settings import HsiSettings
 
 T0 = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
 RULES = BatchRules()
-WINDOW, IDLE = timedelta(seconds=90), timedelta(seconds=30)
+WINDOW, IDLE, HOLD = timedelta(seconds=90), timedelta(seconds=30), timedelta(seconds=65)
 
 
 def ref(
-    detection_id: str, seconds: float, camera: str = "cam", label: str = "car", confidence: float = 0.5
+    detection_id: str,
+    seconds: float,
+    camera: str = "cam",
+    label: str = "car",
+    confidence: float = 0.5,
+    track: str | None = None,
+    tracking: bool | None = None,
 ) -> DetectionRef:
-    return DetectionRef(detection_id, camera, T0 + timedelta(seconds=seconds), label, confidence)
+    return DetectionRef(detection_id, camera, T0 + timedelta(seconds=seconds), label, confidence, track, tracking)
+
+
+def idle_until(members: list[DetectionRef]) -> datetime:
+    """The contract's idle bound of a batch holding `members` (in batch order), written out from its text: the last
+    detection + idle, or a still-reported track's latest report + the hold (an end, even at the same instant, ends
+    the track)."""
+    latest: dict[str, tuple[datetime, bool]] = {}
+    for m in members:
+        if m.track_id is None or m.tracking is None:
+            continue
+        seen = latest.get(m.track_id)
+        if seen is not None and not seen[1] and seen[0] >= m.ts:
+            continue  # reported at the instant it ended: still ended
+        latest[m.track_id] = (m.ts, m.tracking)
+    held = [ts + HOLD for ts, tracking in latest.values() if tracking]
+    return max([members[-1].ts + IDLE, *held])
 
 
 @st.composite
@@ -42,7 +64,9 @@ def detections(draw: st.DrawFn) -> list[DetectionRef]:
         camera = draw(st.sampled_from(["a", "b", "c.d"]))
         label = draw(st.sampled_from(["car", "person", "dog"]))
         confidence = draw(st.sampled_from([0.3, 0.89, 0.9, 0.97]))
-        out.append(ref(f"d{n:03d}", seconds, camera, label, confidence))
+        track = draw(st.sampled_from([None, "t1", "t2"]))
+        tracking = draw(st.sampled_from([None, True, True, False])) if track else None
+        out.append(ref(f"d{n:03d}", seconds, camera, label, confidence, track, tracking))
     return out
 
 
@@ -72,8 +96,8 @@ def test_batches_respect_window_idle_and_fast_path(items: list[DetectionRef]) ->
             continue
         assert not any(RULES.is_fast_path(m) for m in members)
         assert batch.last_ts - batch.started_at < WINDOW
-        assert all(b.ts - a.ts < IDLE for a, b in zip(members, members[1:], strict=False))
-        by_window, by_idle = batch.started_at + WINDOW, batch.last_ts + IDLE
+        assert all(m.ts < idle_until(members[:n]) for n, m in enumerate(members) if n)
+        by_window, by_idle = batch.started_at + WINDOW, idle_until(members)
         assert batch.closes_at == min(by_window, by_idle)
         assert batch.close_reason == ("window" if by_window <= by_idle else "idle")
 
@@ -82,6 +106,7 @@ def test_batches_respect_window_idle_and_fast_path(items: list[DetectionRef]) ->
 @given(detections())
 def test_a_new_batch_opens_only_when_the_detection_could_not_join(items: list[DetectionRef]) -> None:
     """Greedy: consecutive regular batches of a camera are split exactly where the rules say."""
+    index = by_id(items)
     regular: dict[str, list[Batch]] = {}
     for batch in sorted(assign_batches(items, RULES), key=lambda b: b.started_at):
         if batch.close_reason != "fast_path":
@@ -89,7 +114,8 @@ def test_a_new_batch_opens_only_when_the_detection_could_not_join(items: list[De
     for batches in regular.values():
         for previous, following in zip(batches, batches[1:], strict=False):
             ts = following.started_at
-            assert ts - previous.started_at >= WINDOW or ts - previous.last_ts >= IDLE
+            members = [index[i] for i in previous.detection_ids]
+            assert ts - previous.started_at >= WINDOW or ts >= idle_until(members)
             assert (
                 following.started_at >= previous.closes_at
             )  # so "a later detection opened the next batch" implies closed
@@ -221,3 +247,25 @@ def test_bad_input_is_refused() -> None:
         assign_batches([DetectionRef("a", "c", datetime(2026, 1, 1), "car", 0.5)], RULES)
     with pytest.raises(ValueError):
         BatchRules(window_seconds=0)
+
+
+def test_a_still_reported_track_holds_the_batch_until_its_next_report_is_due() -> None:
+    """Frigate's once-a-minute update of a standing person joins the batch (up to the window); exactly the hold after
+    the track's latest report, or after its end, the idle rule applies again."""
+    minute = [ref("a", 0, track="p", tracking=True), ref("b", 60, track="p", tracking=True)]
+    assert ids(assign_batches(minute, RULES)) == [("a", "b")]
+    batch = assign_batches(minute, RULES)[0]
+    assert batch.closes_at == T0 + WINDOW and batch.close_reason == "window"
+    exactly = [ref("a", 0, track="p", tracking=True), ref("b", 65, track="p", tracking=True)]
+    assert ids(assign_batches(exactly, RULES)) == [("a",), ("b",)]
+    assert assign_batches(exactly, RULES)[0].closes_at == T0 + HOLD
+    other_object = [ref("a", 0, track="p", tracking=True), ref("car", 50)]  # the batch is open: anything joins
+    assert ids(assign_batches(other_object, RULES)) == [("a", "car")]
+    ended = [ref("a", 0, track="p", tracking=True), ref("end", 5, track="p", tracking=False), ref("b", 40)]
+    assert ids(assign_batches(ended, RULES)) == [("a", "end"), ("b",)]
+    unsaid = [ref("a", 0, track="p"), ref("b", 60, track="p")]  # no source said it is still tracked
+    assert ids(assign_batches(unsaid, RULES)) == [("a",), ("b",)]
+    off = BatchRules(track_hold_seconds=0)
+    assert ids(assign_batches(minute, off)) == [("a",), ("b",)]
+    with pytest.raises(ValueError, match="track_hold_seconds"):
+        BatchRules(track_hold_seconds=-1)
