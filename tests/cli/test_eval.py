@@ -254,6 +254,8 @@ def test_frigate_like_inputs_are_stored_apart_and_lose_what_only_enrichment_saw(
     assert "--inputs goes with the project's set" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.llm
 def test_a_model_pass_on_frigate_like_inputs_stores_no_trust(
     llama_server: RunningLlama, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
