@@ -23,13 +23,13 @@ from hsi_dagster.storage.evidence_alerts import (
     evidence_candidates,
     pending_evidence_alerts,
     set_webhook_status,
+    visit_alerted_status,
 )
 from hsi_dagster.storage.exceptions import exceptions_in_force
 
 EVIDENCE_INGESTED_WITHIN = timedelta(seconds=60)  # each pass re-judges what arrived this recently (keys dedupe)
 EVIDENCE_SEEN_WITHIN = timedelta(minutes=5)  # older detections (a replay, a bulk load) get no evidence-only alert
 EVIDENCE_PENDING_RETRY_AFTER = timedelta(seconds=30)  # a claimed alert whose tick died before posting it
-VISIT_ALREADY_ALERTED = "visit already alerted"
 LOG = logging.getLogger(__name__)
 
 RISK_ASSESSMENTS_KEY = dg.AssetKey("risk_assessments")
@@ -109,7 +109,7 @@ def claim_evidence_alerts(
             if not claim_evidence_alert(conn, alert, now):
                 continue
             if already is not None:  # one alert per visit and level: stored (MQTT shows it), not posted again
-                set_webhook_status(conn, alert.alert_key, f"{VISIT_ALREADY_ALERTED}: {already}")
+                set_webhook_status(conn, alert.alert_key, visit_alerted_status(already))
                 continue
             claimed.append(alert)
         claimed += [named_visit(conn, a) for a in pending_evidence_alerts(conn, now - EVIDENCE_PENDING_RETRY_AFTER)]

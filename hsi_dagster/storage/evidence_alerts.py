@@ -82,6 +82,19 @@ def claim_evidence_alert(conn: duckdb.DuckDBPyConnection, alert: EvidenceAlert, 
     return bool(inserted)
 
 
+VISIT_ALREADY_ALERTED = "visit already alerted"  # the status of an alert its visit already raised at its level
+
+
+def visit_alerted_status(visit_id: str) -> str:
+    return f"{VISIT_ALREADY_ALERTED}: {visit_id}"
+
+
+def visit_alerted(webhook_status: str | None) -> str | None:
+    """The visit a 'visit already alerted: <id>' status names (no webhook post, no second MQTT event), else None."""
+    prefix = f"{VISIT_ALREADY_ALERTED}: "
+    return webhook_status.removeprefix(prefix) if webhook_status and webhook_status.startswith(prefix) else None
+
+
 def set_webhook_status(conn: duckdb.DuckDBPyConnection, alert_key: str, status: str) -> None:
     conn.execute("UPDATE evidence_alerts SET webhook_status = ? WHERE alert_key = ?", [status, alert_key])
 

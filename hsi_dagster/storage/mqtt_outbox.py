@@ -21,6 +21,7 @@ import duckdb
 
 from hsi_dagster.core.outbound.mqtt_messages import StoredEvidenceAlert, StoredVerdict, reasons_from
 from hsi_dagster.core.verdict.final import VERDICT_STATUSES
+from hsi_dagster.storage.evidence_alerts import visit_alerted
 
 PUBLISHER = "verdicts"
 FIRST_TICK_LOOKBACK = timedelta(hours=1)
@@ -202,7 +203,8 @@ def unpublished_evidence_alerts(
     if not _columns(conn, "evidence_alerts"):
         return []
     rows = conn.execute(
-        """SELECT alert_key, camera_id, risk_level, risk_score, reasons, detected_at, created_at, track_id, batch_id
+        """SELECT alert_key, camera_id, risk_level, risk_score, reasons, detected_at, created_at, track_id, batch_id,
+                  webhook_status
            FROM evidence_alerts a
            WHERE a.created_at >= $since
              AND NOT EXISTS (SELECT 1 FROM mqtt_outbox o WHERE o.message_key = 'evidence:' || a.alert_key)
@@ -211,8 +213,10 @@ def unpublished_evidence_alerts(
         {"since": since, "limit": limit},
     ).fetchall()
     return [
-        StoredEvidenceAlert(key, camera, level, score, reasons_from(reasons), detected, created, track, batch)
-        for key, camera, level, score, reasons, detected, created, track, batch in rows
+        StoredEvidenceAlert(
+            key, camera, level, score, reasons_from(reasons), detected, created, track, batch, visit_alerted(status)
+        )
+        for key, camera, level, score, reasons, detected, created, track, batch, status in rows
     ]
 
 

@@ -21,6 +21,15 @@ from hsi_dagster.storage.schema import has_table
 from hsi_dagster.storage.shipped_trust import shipped_trust_record
 
 
+def _fingerprint_values(fingerprint: ModelFingerprint) -> list[object]:
+    """The fingerprint, model, model_size, schema and quality_level columns of a trust row."""
+    return [fingerprint.key, fingerprint.model, fingerprint.size, fingerprint.schema, fingerprint.quality_level]
+
+
+def _sweep(points: Sequence[TrustPoint]) -> str:
+    return json.dumps([point.as_row() for point in points])
+
+
 def save_trust(
     conn: duckdb.DuckDBPyConnection,
     fingerprint: ModelFingerprint,
@@ -34,19 +43,7 @@ def save_trust(
     conn.execute(
         "INSERT OR REPLACE INTO model_trust (fingerprint, model, model_size, schema, quality_level, trust,"
         " false_alarm_goal, split, configuration, sweep, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            fingerprint.key,
-            fingerprint.model,
-            fingerprint.size,
-            fingerprint.schema,
-            fingerprint.quality_level,
-            trust,
-            goal,
-            split,
-            configuration,
-            json.dumps([point.as_row() for point in points]),
-            datetime.now(UTC),
-        ],
+        [*_fingerprint_values(fingerprint), trust, goal, split, configuration, _sweep(points), datetime.now(UTC)],
     )
 
 
@@ -63,18 +60,7 @@ def save_household_trust(
     conn.execute(
         "INSERT OR REPLACE INTO household_trust (fingerprint, model, model_size, schema, quality_level, trust, batches,"
         " false_alarm_goal, sweep, measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            fingerprint.key,
-            fingerprint.model,
-            fingerprint.size,
-            fingerprint.schema,
-            fingerprint.quality_level,
-            trust,
-            batches,
-            goal,
-            json.dumps([point.as_row() for point in points]),
-            datetime.now(UTC),
-        ],
+        [*_fingerprint_values(fingerprint), trust, batches, goal, _sweep(points), datetime.now(UTC)],
     )
 
 

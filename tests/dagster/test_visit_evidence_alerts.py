@@ -26,7 +26,7 @@ from hsi_dagster.core.verdict.final import final_verdict
 from hsi_dagster.sensors import batch_window_sensor, inbox_sensor
 from hsi_dagster.storage.alerts import risk_alert_for
 from hsi_dagster.storage.db import connect
-from hsi_dagster.storage.mqtt_outbox import unpublished_verdicts
+from hsi_dagster.storage.mqtt_outbox import unpublished_evidence_alerts, unpublished_verdicts
 from hsi_dagster.storage.pipeline_tables import save_assessment
 from tests.dagster.test_alert_webhook import Webhook
 from tests.dagster.test_evidence_alerts import knife_at_the_door
@@ -156,6 +156,13 @@ def test_a_visit_already_high_is_named_by_the_evidence_alert_and_alerts_once_per
     assert rows[0] == ("garage", "sent")
     assert rows[1][0] == "driveway" and rows[1][1] == f"visit already alerted: {body['alert_id']}"
     assert linked == (1,)
+    # nor is it a second Home Assistant event: the MQTT publisher records it and sends nothing
+    with duckdb.connect(db, read_only=True) as conn:
+        pending = unpublished_evidence_alerts(conn, datetime.now(UTC) - timedelta(hours=1), 10)
+    second = next(a for a in pending if a.camera_id == "driveway")
+    assert second.visit_alerted == body["alert_id"]
+    [unit] = plan_camera("driveway", [], [second], None, Topics("hsi", "homeassistant"))
+    assert (unit.sent, unit.messages) == ("visit already alerted", ())
 
 
 def test_an_evidence_alert_whose_visit_cannot_be_linked_still_goes_out(tmp_path, webhook, caplog):

@@ -215,6 +215,7 @@ class StoredEvidenceAlert:
     created_at: datetime
     track_id: str | None = None
     batch_id: str | None = None
+    visit_alerted: str | None = None  # the alert its visit already sent at this level: no second event (issue 44)
 
 
 def reasons_from(value: object) -> tuple[str, ...]:
@@ -443,6 +444,11 @@ def plan_camera(
     units = []
     for item in items:
         if isinstance(item, StoredEvidenceAlert):
+            if item.visit_alerted is not None:  # one alert per visit and level: recorded, not sent again
+                units.append(
+                    Unit(f"evidence:{item.alert_key}", camera_id, item.batch_id, "visit already alerted", None, ())
+                )
+                continue
             event = Message(
                 topics.event(camera), encode(evidence_event_payload(item)), retain=False, camera_id=camera_id
             )
