@@ -82,7 +82,9 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
         assert sorted(r[0] for r in stored) == sorted(r.partition_key for r in tick.run_requests)
         for row in stored:
             record = dict(zip(ASSESSMENT_COLUMNS, row, strict=True))
-            assert record["status"] in ("ok", "invalid_output")
+            # floor_only: a reply the repair could not use over a floor of medium or more (run at night, the two
+            # cameras' strangers minutes apart are one visit: medium), the floor's verdict stored
+            assert record["status"] in ("ok", "invalid_output", "floor_only")
             for column in ALWAYS_SET:
                 assert record[column] is not None, column
             assert record["prompt_tokens"] <= record["context_budget"]
@@ -92,8 +94,9 @@ def test_sensor_runs_store_one_assessment_per_batch_with_every_contract_column(l
             assert model_row["trust_source"] == "measured" and model_row["model_trust"] == shipped["trust"]
             assert model_row["model_fingerprint"].startswith(record["model"] + "|")
             assert model_row["trust_reason"].startswith(f"measured trust {shipped['trust']} (shipped with hsi")
-            if record["status"] == "ok":
+            if record["status"] in ("ok", "floor_only"):
                 assert record["risk_score"] in LEVELS[record["risk_level"]]
+            if record["status"] == "ok":
                 assert record["summary"] and record["reasoning"]
         assert any(r[6] == "ok" for r in stored)
 
